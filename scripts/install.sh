@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Install everything otelbpf needs on a Debian 12 host, as root. Idempotent:
+# a second run only checks and finishes in a couple of seconds.
+#
+#   1. Debian packages: BCC (python3-bpfcc), kernel headers, and the tools the
+#      demo, tests and benchmark drive (curl, nginx, wrk, iproute2, tcpdump).
+#   2. Kernel headers: BCC compiles its C programs against
+#      /lib/modules/$(uname -r)/build. When this kernel ships no headers, the
+#      nearest Debian headers (linux-headers-amd64) are linked there instead.
+#      otelbpf never dereferences kernel structs by header layout, so the
+#      version mismatch is harmless (see DEVELOPERS.md, "Kernel headers").
+#   3. tracefs mounted at /sys/kernel/tracing.
+#   4. A venv (.venv) on Debian's /usr/bin/python3 with --system-site-packages
+#      so it can import Debian's `bcc`, and `pip install -e .[test]` into it.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+venv="${OTELBPF_VENV:-$here/.venv}"
+say() { printf 'install: %s\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then
+    echo "install: must run as root (installs Debian packages, links kernel headers)" >&2
+    exit 1
+fi
+
+packages=(python3 python3-venv python3-bpfcc linux-headers-amd64 curl nginx-light wrk iproute2 tcpdump)
+missing=()
+for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    say "apt-get install ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null
+    # nginx-light's postinst starts a server on :80; the project starts its own.
+    systemctl disable --now nginx >/dev/null 2>&1 || service nginx stop >/dev/null 2>&1 || true
+    pkill -x nginx 2>/dev/null || true
+fi
+
+# Kernel headers: exact ones if the running kernel has them, else the fallback.
+kdir="/lib/modules/$(uname -r)"
+if [ -e "$kdir/build/include/linux/kconfig.h" ] || [ -e "$kdir/build/include/generated/autoconf.h" ]; then
+    say "kernel headers: $(readlink -f "$kdir/build")"
+else
+    arch_dir=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n 1)
+    common_dir=$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -n 1)
+    if [ -z "$arch_dir" ] || [ -z "$common_dir" ]; then
+        echo "install: no kernel headers for $(uname -r) and no Debian fallback in /usr/src" >&2
+        exit 1
+    fi
+    mkdir -p "$kdir"
+    ln -sfn "$arch_dir" "$kdir/build"
+    ln -sfn "$common_dir" "$kdir/source"
+    say "kernel headers: fallback $arch_dir (+ $common_dir) for $(uname -r)"
+fi
+
+if ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
+    mount -t tracefs tracefs /sys/kernel/tracing && say "mounted tracefs at /sys/kernel/tracing"
+fi
+
+stamp="$venv/.otelbpf-installed"
+want=$(cat "$here/pyproject.toml" "$0" | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c 'import bcc, otelbpf' 2>/dev/null; then
+    say "venv up to date: $venv"
+    exit 0
+fi
+if [ ! -x "$venv/bin/python" ]; then
+    say "creating venv $venv (Debian python3, with system site-packages for bcc)"
+    /usr/bin/python3 -m venv --system-site-packages "$venv"
+fi
+say "pip install -e .[test]"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here[test]"
+"$venv/bin/python" -c 'import bcc, otelbpf, protocols' 
+echo "$want" > "$stamp"
+say "done: $venv/bin/otelbpf"
