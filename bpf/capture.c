@@ -1,0 +1,536 @@
+/* otelbpf kernel side: socket payload capture from syscall tracepoints.
+ *
+ * Design rules (DESIGN.md):
+ *  - Tracepoints only (no kprobes/fentry on this class of kernels), and
+ *    tracepoint arguments, user memory and the pt_regs only: the kernel
+ *    headers BCC compiles against may not match the running kernel, so no
+ *    kernel struct is ever dereferenced by header layout.
+ *  - Filter first: every handler returns at once for untraced processes.
+ *  - Which fd is a socket is learnt from sock:sock_{recv,send}_length, which
+ *    fire inside the syscall with the struct sock pointer, family and
+ *    protocol. The connection tuple comes from sock:inet_sock_set_state
+ *    (keyed by that same sock pointer), so short-lived connections carry
+ *    their addresses even if they are gone before user space looks.
+ *  - Records are submitted without waking the consumer (BPF_RB_NO_WAKEUP);
+ *    user space drains on a timer. Wake-ups, not decoding, are the big cost.
+ *
+ * Compile-time parameters (-D): CAPTURE_BYTES (power of two),
+ * RINGBUF_PAGES, MAX_IOV, CAPTURE_UNIX.
+ */
+#include "capture.h"
+
+#ifndef CAPTURE_BYTES
+#define CAPTURE_BYTES 4096
+#endif
+#ifndef RINGBUF_PAGES
+#define RINGBUF_PAGES 4096
+#endif
+#ifndef MAX_IOV
+#define MAX_IOV 8
+#endif
+#ifndef CAPTURE_UNIX
+#define CAPTURE_UNIX 0
+#endif
+
+/* Hide a value's known range from the compiler so the bounds check that
+ * follows stays in the program for the verifier to see. */
+#define BOUND_FOR_VERIFIER(var, max)            \
+    do {                                        \
+        asm volatile("" : "+r"(var));           \
+        if ((var) > (max))                      \
+            (var) = (max);                      \
+    } while (0)
+
+#define MODE_LISTED 0 /* trace tgids in traced_tgids */
+#define MODE_ALL 1    /* trace every tgid but the agent's */
+
+#define TRACED_BY_PID 1  /* listed by --pid (or a descendant) */
+#define TRACED_BY_COMM 2 /* matched --comm; re-checked at exec */
+
+#define MY_AF_UNIX 1
+#define MY_AF_INET 2
+#define MY_AF_INET6 10
+#define MY_IPPROTO_TCP 6
+#define MY_MSG_PEEK 2
+#define TCP_ESTABLISHED 1
+#define TCP_SYN_SENT 2
+#define TCP_CLOSE 7
+
+enum io_kind {
+    IO_BUF = 1,     /* read/write/recvfrom/sendto: one flat buffer */
+    IO_IOV = 2,     /* readv/writev: iovec array */
+    IO_MSG = 3,     /* recvmsg/sendmsg: user msghdr */
+    IO_SENDFILE = 4,
+};
+
+struct config {
+    __u32 mode;
+    __u32 agent_tgid;
+};
+
+/* What a syscall's enter handler leaves for its exit handler. */
+struct active_io {
+    __u64 enter_ts;
+    __u64 buf; /* flat buffer, iovec array or msghdr (user pointers) */
+    __u64 sk;  /* set by sock_*_length: proves the fd is a socket */
+    __s32 fd;
+    __u32 iovcnt;
+    __u16 family;
+    __u8 protocol;
+    __u8 kind;
+};
+
+struct conn_key {
+    __u32 tgid;
+    __s32 fd;
+};
+
+struct conn_val {
+    __u64 conn_id; /* 0 until data is first seen */
+    __u64 sk;
+    __u8 role;
+};
+
+struct tuple {
+    __u16 family;
+    __u16 local_port;
+    __u16 peer_port;
+    __u8 pad[2];
+    __u8 local_addr[16];
+    __u8 peer_addr[16];
+};
+
+struct comm_key {
+    char comm[16];
+};
+
+struct data_record {
+    struct event_hdr hdr;
+    /* Twice the capture size so the verifier accepts offset + length
+     * bounds when several iovecs are gathered. */
+    __u8 data[CAPTURE_BYTES * 2];
+};
+
+struct conn_record {
+    struct event_hdr hdr;
+    struct conn_info info;
+};
+
+BPF_ARRAY(config_map, struct config, 1);
+BPF_HASH(traced_tgids, __u32, __u8, 65536);
+BPF_HASH(traced_comms, struct comm_key, __u8, 256);
+BPF_HASH(active, __u64, struct active_io, 16384);
+BPF_TABLE("lru_hash", struct conn_key, struct conn_val, conns, 65536);
+BPF_TABLE("lru_hash", __u64, struct tuple, sk_tuples, 65536);
+BPF_ARRAY(conn_seq, __u64, 1);
+BPF_PERCPU_ARRAY(scratch, struct data_record, 1);
+BPF_PERCPU_ARRAY(stats, __u64, STAT_COUNT);
+BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+
+static __always_inline void count_stat(int index)
+{
+    __u64 *value = stats.lookup(&index);
+    if (value)
+        *value += 1;
+}
+
+static __always_inline int is_traced(__u32 tgid)
+{
+    int zero = 0;
+    struct config *cfg = config_map.lookup(&zero);
+    if (!cfg)
+        return 0;
+    if (cfg->mode == MODE_ALL)
+        return tgid != cfg->agent_tgid;
+    return traced_tgids.lookup(&tgid) != 0;
+}
+
+/* ---- process lifecycle: keep traced_tgids right for new processes ---- */
+
+TRACEPOINT_PROBE(sched, sched_process_fork)
+{
+    /* Runs in the parent. A child inherits the parent's reason to be
+     * traced. child_pid may be a thread of the same process: that entry is
+     * harmless and goes away when the thread exits (sched_process_exit). */
+    __u32 parent_tgid = bpf_get_current_pid_tgid() >> 32;
+    __u8 *reason = traced_tgids.lookup(&parent_tgid);
+    if (!reason)
+        return 0;
+    __u32 child = args->child_pid;
+    __u8 value = *reason;
+    traced_tgids.update(&child, &value);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exec)
+{
+    /* The comm is the new program's by now: (un)trace by --comm. */
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    struct comm_key key = {};
+    bpf_get_current_comm(&key.comm, sizeof(key.comm));
+    if (traced_comms.lookup(&key)) {
+        __u8 *reason = traced_tgids.lookup(&tgid);
+        if (!reason) {
+            __u8 value = TRACED_BY_COMM;
+            traced_tgids.update(&tgid, &value);
+        }
+        return 0;
+    }
+    __u8 *reason = traced_tgids.lookup(&tgid);
+    if (reason && *reason == TRACED_BY_COMM)
+        traced_tgids.delete(&tgid);
+    return 0;
+}
+
+TRACEPOINT_PROBE(sched, sched_process_exit)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32;
+    __u32 tid = (__u32)id;
+    if (!is_traced(tgid))
+        return 0;
+    traced_tgids.delete(&tid);
+    if (!args->group_dead)
+        return 0;
+    struct event_hdr *rec = events.ringbuf_reserve(sizeof(struct event_hdr));
+    if (!rec) {
+        count_stat(STAT_LOST);
+        return 0;
+    }
+    __builtin_memset(rec, 0, sizeof(*rec));
+    rec->ts_ns = bpf_ktime_get_ns();
+    rec->tgid = tgid;
+    rec->tid = tid;
+    rec->fd = -1;
+    rec->type = EV_PROC_EXIT;
+    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+    return 0;
+}
+
+/* ---- connection tuples, from the TCP state machine ---- */
+
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+    if (args->protocol != MY_IPPROTO_TCP)
+        return 0;
+    __u64 sk = (__u64)args->skaddr;
+    if (args->newstate == TCP_CLOSE) {
+        sk_tuples.delete(&sk);
+        return 0;
+    }
+    /* ESTABLISHED carries the whole tuple on both sides (SYN_SENT has no
+     * source port yet). Local is "source" for both: for an accepted
+     * socket the kernel's sport is the listening port. */
+    if (args->newstate != TCP_ESTABLISHED)
+        return 0;
+    struct tuple t = {};
+    t.family = args->family;
+    t.local_port = args->sport;
+    t.peer_port = args->dport;
+    if (args->family == MY_AF_INET) {
+        __builtin_memcpy(t.local_addr, args->saddr, 4);
+        __builtin_memcpy(t.peer_addr, args->daddr, 4);
+    } else {
+        __builtin_memcpy(t.local_addr, args->saddr_v6, 16);
+        __builtin_memcpy(t.peer_addr, args->daddr_v6, 16);
+    }
+    sk_tuples.update(&sk, &t);
+    return 0;
+}
+
+/* ---- role hints: accept()ed or connect()ed ---- */
+
+static __always_inline void remember_role(__u32 tgid, int fd, __u8 role)
+{
+    struct conn_key key = {.tgid = tgid, .fd = fd};
+    struct conn_val val = {.role = role};
+    conns.update(&key, &val);
+}
+
+static __always_inline int on_accept_exit(long ret)
+{
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (ret < 0 || !is_traced(tgid))
+        return 0;
+    remember_role(tgid, (int)ret, ROLE_ACCEPTED);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_accept4) { return on_accept_exit(args->ret); }
+TRACEPOINT_PROBE(syscalls, sys_exit_accept) { return on_accept_exit(args->ret); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_connect)
+{
+    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
+    if (!is_traced(tgid))
+        return 0;
+    remember_role(tgid, (int)args->fd, ROLE_CONNECTED);
+    return 0;
+}
+
+/* ---- data syscalls ---- */
+
+static __always_inline int on_io_enter(int fd, __u64 buf, __u32 iovcnt, __u8 kind)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    struct active_io io = {};
+    io.enter_ts = bpf_ktime_get_ns();
+    io.buf = buf;
+    io.fd = fd;
+    io.iovcnt = iovcnt;
+    io.kind = kind;
+    if (active.update(&id, &io) != 0)
+        count_stat(STAT_IO_MAP_FULL);
+    return 0;
+}
+
+/* Inside the syscall: the fd is a socket; remember which. */
+static __always_inline int on_sock_io(__u64 sk, __u16 family, __u16 protocol)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    struct active_io *io = active.lookup(&id);
+    if (!io)
+        return 0;
+    io->sk = sk;
+    io->family = family;
+    io->protocol = (__u8)protocol;
+    return 0;
+}
+
+TRACEPOINT_PROBE(sock, sock_recv_length)
+{
+    return on_sock_io((__u64)args->sk, args->family, args->protocol);
+}
+
+TRACEPOINT_PROBE(sock, sock_send_length)
+{
+    return on_sock_io((__u64)args->sk, args->family, args->protocol);
+}
+
+static __always_inline int wanted_socket(struct active_io *io)
+{
+    if (io->family == MY_AF_INET || io->family == MY_AF_INET6)
+        return io->protocol == MY_IPPROTO_TCP;
+    if (io->family == MY_AF_UNIX)
+        return CAPTURE_UNIX;
+    return 0;
+}
+
+static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn_id)
+{
+    struct event_hdr *rec = events.ringbuf_reserve(sizeof(struct event_hdr));
+    if (!rec) {
+        count_stat(STAT_LOST);
+        return;
+    }
+    __builtin_memset(rec, 0, sizeof(*rec));
+    rec->ts_ns = bpf_ktime_get_ns();
+    rec->conn_id = conn_id;
+    rec->tgid = tgid;
+    rec->tid = tid;
+    rec->fd = fd;
+    rec->type = EV_CONN_CLOSE;
+    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void emit_open(__u64 id, struct active_io *io, __u64 conn_id, __u8 role)
+{
+    struct conn_record *rec = events.ringbuf_reserve(sizeof(struct conn_record));
+    if (!rec) {
+        count_stat(STAT_LOST);
+        return;
+    }
+    __builtin_memset(rec, 0, sizeof(*rec));
+    rec->hdr.ts_ns = io->enter_ts;
+    rec->hdr.conn_id = conn_id;
+    rec->hdr.tgid = id >> 32;
+    rec->hdr.tid = (__u32)id;
+    rec->hdr.fd = io->fd;
+    rec->hdr.type = EV_CONN_OPEN;
+    rec->info.role = role;
+    rec->info.protocol = io->protocol;
+    __u64 sk = io->sk;
+    struct tuple *t = sk_tuples.lookup(&sk);
+    if (t) {
+        rec->info.family = t->family;
+        rec->info.local_port = t->local_port;
+        rec->info.peer_port = t->peer_port;
+        __builtin_memcpy(rec->info.local_addr, t->local_addr, 16);
+        __builtin_memcpy(rec->info.peer_addr, t->peer_addr, 16);
+    } else {
+        /* Opened before the agent started (or not TCP): user space
+         * resolves the tuple from /proc while the socket still lives. */
+        rec->info.family = io->family == MY_AF_UNIX ? MY_AF_UNIX : 0;
+        count_stat(STAT_NO_TUPLE);
+    }
+    bpf_get_current_comm(&rec->info.comm, sizeof(rec->info.comm));
+    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+}
+
+/* The connection id for (tgid, fd), announcing the connection the first
+ * time it carries data. */
+static __always_inline __u64 connection_for(__u64 id, struct active_io *io)
+{
+    struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
+    struct conn_val *known = conns.lookup(&key);
+    __u8 role = ROLE_UNKNOWN;
+    if (known) {
+        if (known->conn_id && known->sk == io->sk)
+            return known->conn_id;
+        if (known->conn_id) /* fd reused without a close we saw (dup2) */
+            emit_close(key.tgid, (__u32)id, io->fd, known->conn_id);
+        else
+            role = known->role;
+    }
+    int zero = 0;
+    __u64 *seq = conn_seq.lookup(&zero);
+    if (!seq)
+        return 0;
+    struct conn_val fresh = {};
+    fresh.conn_id = __sync_fetch_and_add(seq, 1) + 1;
+    fresh.sk = io->sk;
+    fresh.role = role;
+    conns.update(&key, &fresh);
+    emit_open(id, io, fresh.conn_id, role);
+    return fresh.conn_id;
+}
+
+/* Copy up to CAPTURE_BYTES of the iovec array into rec->data. */
+static __always_inline __u64 gather_iov(struct data_record *rec, __u64 iov_ptr, __u32 iovcnt, __u32 total, __u16 *flags)
+{
+    __u64 captured = 0;
+    __u64 consumed = 0;
+#pragma unroll
+    for (int i = 0; i < MAX_IOV; i++) {
+        if (i >= iovcnt || consumed >= total || captured >= CAPTURE_BYTES)
+            break;
+        struct iovec_user {
+            __u64 base;
+            __u64 len;
+        } iov = {};
+        if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(iov_ptr + i * sizeof(iov))) != 0)
+            break;
+        __u64 part = iov.len < (total - consumed) ? iov.len : (total - consumed);
+        __u64 room = CAPTURE_BYTES - captured;
+        __u64 take = part < room ? part : room;
+        __u64 offset = captured;
+        BOUND_FOR_VERIFIER(offset, CAPTURE_BYTES - 1);
+        BOUND_FOR_VERIFIER(take, CAPTURE_BYTES);
+        bpf_probe_read_user(&rec->data[offset], take, (void *)iov.base);
+        captured += take;
+        consumed += part;
+    }
+    if (consumed < total && captured < CAPTURE_BYTES)
+        *flags |= DF_IOV_TRUNCATED;
+    return captured;
+}
+
+static __always_inline int on_io_exit(long ret, __u8 direction)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    struct active_io *found = active.lookup(&id);
+    if (!found)
+        return 0;
+    struct active_io io = *found;
+    active.delete(&id);
+    if (ret <= 0 || io.sk == 0 || !wanted_socket(&io))
+        return 0;
+
+    __u64 conn_id = connection_for(id, &io);
+    if (!conn_id)
+        return 0;
+
+    int zero = 0;
+    struct data_record *rec = scratch.lookup(&zero);
+    if (!rec)
+        return 0;
+    __u32 total = ret > 0x7fffffff ? 0x7fffffff : (__u32)ret;
+    __u16 flags = 0;
+    __u64 captured = 0;
+    if (io.kind == IO_BUF) {
+        captured = total < CAPTURE_BYTES ? total : CAPTURE_BYTES;
+        BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
+        bpf_probe_read_user(rec->data, captured, (void *)io.buf);
+    } else if (io.kind == IO_IOV) {
+        captured = gather_iov(rec, io.buf, io.iovcnt, total, &flags);
+    } else if (io.kind == IO_MSG) {
+        struct msghdr_user {
+            __u64 name;
+            __u32 namelen;
+            __u32 pad;
+            __u64 iov;
+            __u64 iovlen;
+        } msg = {};
+        if (bpf_probe_read_user(&msg, sizeof(msg), (void *)io.buf) == 0)
+            captured = gather_iov(rec, msg.iov, (__u32)msg.iovlen, total, &flags);
+    } else {
+        flags |= DF_SENDFILE;
+    }
+
+    rec->hdr.ts_ns = direction == DIR_INGRESS ? bpf_ktime_get_ns() : io.enter_ts;
+    rec->hdr.conn_id = conn_id;
+    rec->hdr.tgid = id >> 32;
+    rec->hdr.tid = (__u32)id;
+    rec->hdr.fd = io.fd;
+    rec->hdr.type = EV_DATA;
+    rec->hdr.direction = direction;
+    rec->hdr.flags = flags;
+    rec->hdr.total_len = total;
+    rec->hdr.captured_len = captured;
+    BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
+    __u32 size = sizeof(struct event_hdr) + captured;
+    if (events.ringbuf_output(rec, size, BPF_RB_NO_WAKEUP) != 0)
+        count_stat(STAT_LOST);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_read) { return on_io_enter(args->fd, (__u64)args->buf, 0, IO_BUF); }
+TRACEPOINT_PROBE(syscalls, sys_exit_read) { return on_io_exit(args->ret, DIR_INGRESS); }
+TRACEPOINT_PROBE(syscalls, sys_enter_write) { return on_io_enter(args->fd, (__u64)args->buf, 0, IO_BUF); }
+TRACEPOINT_PROBE(syscalls, sys_exit_write) { return on_io_exit(args->ret, DIR_EGRESS); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom)
+{
+    if (args->flags & MY_MSG_PEEK) /* the bytes will be read again */
+        return 0;
+    return on_io_enter(args->fd, (__u64)args->ubuf, 0, IO_BUF);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return on_io_exit(args->ret, DIR_INGRESS); }
+TRACEPOINT_PROBE(syscalls, sys_enter_sendto) { return on_io_enter(args->fd, (__u64)args->buff, 0, IO_BUF); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return on_io_exit(args->ret, DIR_EGRESS); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_readv) { return on_io_enter(args->fd, (__u64)args->vec, args->vlen, IO_IOV); }
+TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return on_io_exit(args->ret, DIR_INGRESS); }
+TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return on_io_enter(args->fd, (__u64)args->vec, args->vlen, IO_IOV); }
+TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return on_io_exit(args->ret, DIR_EGRESS); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg)
+{
+    if (args->flags & MY_MSG_PEEK)
+        return 0;
+    return on_io_enter(args->fd, (__u64)args->msg, 0, IO_MSG);
+}
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return on_io_exit(args->ret, DIR_INGRESS); }
+TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg) { return on_io_enter(args->fd, (__u64)args->msg, 0, IO_MSG); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return on_io_exit(args->ret, DIR_EGRESS); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendfile64) { return on_io_enter(args->out_fd, 0, 0, IO_SENDFILE); }
+TRACEPOINT_PROBE(syscalls, sys_exit_sendfile64) { return on_io_exit(args->ret, DIR_EGRESS); }
+
+TRACEPOINT_PROBE(syscalls, sys_enter_close)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32;
+    if (!is_traced(tgid))
+        return 0;
+    struct conn_key key = {.tgid = tgid, .fd = (int)args->fd};
+    struct conn_val *known = conns.lookup(&key);
+    if (!known)
+        return 0;
+    if (known->conn_id)
+        emit_close(tgid, (__u32)id, key.fd, known->conn_id);
+    conns.delete(&key);
+    return 0;
+}

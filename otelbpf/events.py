@@ -1,0 +1,95 @@
+"""The typed events every source yields (eBPF, pcap, recorded replay).
+
+Sources decode their raw input into these and nothing else, so everything
+downstream (connections, protocols, spans) is the same whatever the source.
+Timestamps are CLOCK_REALTIME nanoseconds (sources convert from their clock).
+"""
+
+from __future__ import annotations
+
+import enum
+import socket
+from dataclasses import dataclass
+
+from protocols.base import Direction
+
+
+class RoleHint(enum.IntEnum):
+    """What the kernel saw of how a connection began, if anything."""
+
+    UNKNOWN = 0
+    ACCEPTED = 1  # the process accept()ed it: it is the server side
+    CONNECTED = 2  # the process connect()ed it: it is the client side
+
+
+class DataFlags(enum.IntFlag):
+    NONE = 0
+    #: Bytes moved by sendfile(): counted, never captured.
+    SENDFILE = 1
+    #: The syscall's buffers held more iovecs than the probe walks.
+    IOV_TRUNCATED = 2
+
+
+@dataclass(slots=True)
+class ConnOpen:
+    """First sight of a connection in a process (may predate the agent)."""
+
+    ts_ns: int
+    pid: int
+    tid: int
+    fd: int
+    conn_id: int
+    family: int = 0  # socket.AF_INET / AF_INET6 / AF_UNIX, 0 = unknown yet
+    local_addr: str = ""
+    local_port: int = 0
+    peer_addr: str = ""
+    peer_port: int = 0
+    role_hint: RoleHint = RoleHint.UNKNOWN
+    comm: str = ""
+
+
+@dataclass(slots=True)
+class DataEvent:
+    """Bytes one thread read or wrote on a connection, in one syscall."""
+
+    ts_ns: int
+    pid: int
+    tid: int
+    fd: int
+    conn_id: int
+    direction: Direction
+    #: Bytes the syscall moved; ``len(data)`` of them were captured.
+    total_len: int
+    data: bytes
+    flags: DataFlags = DataFlags.NONE
+
+    @property
+    def missing(self) -> int:
+        return self.total_len - len(self.data)
+
+
+@dataclass(slots=True)
+class ConnClose:
+    ts_ns: int
+    pid: int
+    tid: int
+    fd: int
+    conn_id: int
+
+
+@dataclass(slots=True)
+class ProcessExit:
+    ts_ns: int
+    pid: int
+
+
+@dataclass(slots=True)
+class LostEvents:
+    """The kernel could not hand ``count`` events to us (ring buffer full)."""
+
+    count: int
+
+
+Event = ConnOpen | DataEvent | ConnClose | ProcessExit | LostEvents
+
+FAMILY_NAMES = {socket.AF_INET: "inet", socket.AF_INET6: "inet6", socket.AF_UNIX: "unix"}

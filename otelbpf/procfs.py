@@ -1,0 +1,157 @@
+"""What /proc tells about processes and sockets.
+
+Used at start-up (which processes to trace), once per newly seen process
+(its resource attributes) and for connections that predate the agent (their
+tuple was never seen by the kernel probe). Every function tolerates the
+process vanishing underneath it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from typing import Iterable
+
+from otelbpf.events import ConnOpen
+
+PROC = "/proc"
+
+
+def process_exists(pid: int) -> bool:
+    return os.path.exists(f"{PROC}/{pid}")
+
+
+def _read(path: str, mode: str = "rb") -> bytes | str | None:
+    try:
+        with open(path, mode) as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def parent_of(pid: int) -> int | None:
+    stat = _read(f"{PROC}/{pid}/stat")
+    if not stat:
+        return None
+    # the comm field may contain spaces and parentheses: split after the last ')'
+    rest = stat.rsplit(b")", 1)[-1].split()
+    return int(rest[1]) if len(rest) > 1 else None
+
+
+def all_pids() -> list[int]:
+    return [int(name) for name in os.listdir(PROC) if name.isdigit()]
+
+
+def descendants(root: int) -> list[int]:
+    """``root`` and every process below it in the process tree."""
+    children: dict[int, list[int]] = {}
+    for pid in all_pids():
+        ppid = parent_of(pid)
+        if ppid is not None:
+            children.setdefault(ppid, []).append(pid)
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def comm_of(pid: int) -> str | None:
+    comm = _read(f"{PROC}/{pid}/comm")
+    return comm.decode("utf-8", "replace").rstrip("\n") if comm else None
+
+
+def pids_with_comm(names: Iterable[str]) -> list[int]:
+    wanted = set(names)
+    return [pid for pid in all_pids() if comm_of(pid) in wanted]
+
+
+def cmdline_of(pid: int) -> list[str]:
+    raw = _read(f"{PROC}/{pid}/cmdline")
+    if not raw:
+        return []
+    return [part.decode("utf-8", "replace") for part in raw.rstrip(b"\0").split(b"\0")]
+
+
+def environ_of(pid: int) -> dict[str, str]:
+    raw = _read(f"{PROC}/{pid}/environ")
+    env: dict[str, str] = {}
+    if not raw:
+        return env
+    for item in raw.split(b"\0"):
+        key, sep, value = item.partition(b"=")
+        if sep:
+            env[key.decode("utf-8", "replace")] = value.decode("utf-8", "replace")
+    return env
+
+
+def exe_of(pid: int) -> str | None:
+    try:
+        return os.readlink(f"{PROC}/{pid}/exe")
+    except OSError:
+        return None
+
+
+def cgroup_of(pid: int) -> str:
+    raw = _read(f"{PROC}/{pid}/cgroup", "r")
+    return raw or ""
+
+
+# -- sockets -----------------------------------------------------------------
+
+
+def socket_inode(pid: int, fd: int) -> int | None:
+    try:
+        target = os.readlink(f"{PROC}/{pid}/fd/{fd}")
+    except OSError:
+        return None
+    if target.startswith("socket:[") and target.endswith("]"):
+        return int(target[8:-1])
+    return None
+
+
+def _parse_hex_address(text: str, family: int) -> tuple[str, int]:
+    addr_hex, port_hex = text.split(":")
+    raw = bytes.fromhex(addr_hex)
+    if family == socket.AF_INET:
+        packed = struct.pack("<I", struct.unpack(">I", raw)[0])
+        return socket.inet_ntop(socket.AF_INET, packed), int(port_hex, 16)
+    # /proc prints IPv6 as four host-order 32-bit words
+    words = struct.unpack(">4I", raw)
+    packed = struct.pack("<4I", *words)
+    addr = socket.inet_ntop(socket.AF_INET6, packed)
+    if addr.startswith("::ffff:") and "." in addr:
+        addr = addr[7:]
+    return addr, int(port_hex, 16)
+
+
+def tcp_tuple_by_inode(pid: int, inode: int) -> tuple[int, str, int, str, int] | None:
+    """(family, local addr, local port, peer addr, peer port) of a TCP socket,
+    looked up in the process's own network namespace."""
+    for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+        table = _read(f"{PROC}/{pid}/net/{name}", "r")
+        if not table:
+            continue
+        wanted = str(inode)
+        for line in table.splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 9 and cols[9] == wanted:
+                local = _parse_hex_address(cols[1], family)
+                peer = _parse_hex_address(cols[2], family)
+                return family, local[0], local[1], peer[0], peer[1]
+    return None
+
+
+def fill_tuple_from_proc(event: ConnOpen) -> bool:
+    """Complete a ConnOpen whose tuple the kernel did not see (socket older
+    than the agent). Returns False if the socket is already gone."""
+    inode = socket_inode(event.pid, event.fd)
+    if inode is None:
+        return False
+    found = tcp_tuple_by_inode(event.pid, inode)
+    if found is None:
+        return False
+    event.family, event.local_addr, event.local_port, event.peer_addr, event.peer_port = found
+    return True

@@ -1,0 +1,1 @@
+"""Event sources: each yields otelbpf.events objects (eBPF, pcap, recorded)."""
