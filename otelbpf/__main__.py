@@ -1,0 +1,5 @@
+import sys
+
+from otelbpf.cli import main
+
+sys.exit(main())

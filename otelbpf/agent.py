@@ -1,0 +1,100 @@
+"""The agent's main loop: drain the source on a timer, feed the pipeline,
+stop cleanly on SIGINT/SIGTERM or after --duration, flushing every span."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+from typing import Protocol
+
+from otelbpf.events import Event
+from otelbpf.pipeline import Pipeline
+from otelbpf.selfmetrics import Counters
+
+log = logging.getLogger("otelbpf")
+
+#: How often the ring buffer is drained. Submissions do not wake us
+#: (BPF_RB_NO_WAKEUP), so this bounds the added latency of a span and sizes
+#: the ring: peak event rate x interval x record size must fit.
+DRAIN_INTERVAL_S = 0.010
+
+
+class LiveSource(Protocol):
+    def read(self) -> list[Event]: ...
+    def kernel_stats(self) -> dict[str, int]: ...
+
+
+class Flushable(Protocol):
+    def shutdown(self, timeout_s: float = ...) -> None: ...
+
+
+class Agent:
+    def __init__(
+        self,
+        source: LiveSource,
+        pipeline: Pipeline,
+        processor: Flushable,
+        counters: Counters,
+        stats_interval_s: float | None = None,
+        flush_timeout_s: float = 5.0,
+    ) -> None:
+        self.source = source
+        self.pipeline = pipeline
+        self.processor = processor
+        self.counters = counters
+        self.stats_interval_s = stats_interval_s
+        self.flush_timeout_s = flush_timeout_s
+        self.stop_event = threading.Event()
+        self._kernel_lost_seen = 0
+
+    def request_stop(self, *_args) -> None:
+        self.stop_event.set()
+
+    def install_signal_handlers(self) -> None:
+        signal.signal(signal.SIGINT, self.request_stop)
+        signal.signal(signal.SIGTERM, self.request_stop)
+
+    def run(self, duration_s: float | None = None) -> None:
+        deadline = time.monotonic() + duration_s if duration_s else None
+        next_stats = time.monotonic() + self.stats_interval_s if self.stats_interval_s else None
+        next_kernel_sync = time.monotonic() + 1.0
+        while not self.stop_event.is_set():
+            tick = time.monotonic()
+            self._drain_once()
+            now = time.monotonic()
+            if now >= next_kernel_sync:
+                self._sync_kernel_counters()
+                next_kernel_sync = now + 1.0
+            if next_stats is not None and now >= next_stats:
+                log.info("otelbpf: stats %s", json.dumps(self.stats()))
+                next_stats = now + self.stats_interval_s
+            if deadline is not None and now >= deadline:
+                break
+            self.stop_event.wait(max(0.0, DRAIN_INTERVAL_S - (now - tick)))
+        self._drain_once()
+        self._sync_kernel_counters()
+        self.pipeline.finish()
+        self.processor.shutdown(self.flush_timeout_s)
+
+    def _drain_once(self) -> None:
+        events = self.source.read()
+        if events:
+            self.pipeline.handle(events)
+
+    def _sync_kernel_counters(self) -> None:
+        try:
+            lost = self.source.kernel_stats().get("lost", 0)
+        except Exception as exc:  # the maps are gone if BCC is tearing down
+            log.debug("kernel stats unavailable: %s", exc)
+            return
+        if lost > self._kernel_lost_seen:
+            self.counters.add("otelbpf.events.lost", lost - self._kernel_lost_seen)
+            self._kernel_lost_seen = lost
+
+    def stats(self) -> dict[str, int]:
+        out = self.counters.as_dict()
+        out["otelbpf.connections.open"] = len(self.pipeline.table)
+        return out

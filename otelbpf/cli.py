@@ -1,0 +1,241 @@
+"""Command line: `otelbpf doctor | run | replay | demo`."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+
+from otelbpf import __version__
+
+log = logging.getLogger("otelbpf")
+
+DEFAULT_JSON_FILE = "otelbpf-traces.json"
+PROTOCOLS = ("grpc", "http/protobuf")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be > 0")
+    return value
+
+
+def _add_output_options(p: argparse.ArgumentParser) -> None:
+    out = p.add_argument_group("output (with none given: --console and --json-file %s)" % DEFAULT_JSON_FILE)
+    out.add_argument("--otlp-endpoint", metavar="URL", help="send OTLP here (default from OTEL_EXPORTER_OTLP_*)")
+    out.add_argument("--otlp-protocol", choices=PROTOCOLS, help="OTLP transport (default grpc, or OTEL_EXPORTER_OTLP_PROTOCOL)")
+    out.add_argument("--json-file", metavar="PATH", help="write OTLP JSON, one ExportTraceServiceRequest per line")
+    out.add_argument("--console", action="store_true", help="print a readable tree per trace")
+    out.add_argument(
+        "--include-query-strings",
+        action="store_true",
+        help="export URL query strings (off by default: they often carry tokens and personal data)",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="otelbpf", description="Zero-code eBPF tracing, exported as OpenTelemetry.")
+    parser.add_argument("--version", action="version", version=f"otelbpf {__version__}")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sub.add_parser("doctor", help="check that this host can trace, and say what is missing")
+
+    run = sub.add_parser("run", help="trace processes and export spans")
+    sel = run.add_argument_group("what to trace (processes started later are traced too when they match)")
+    sel.add_argument("--pid", type=_positive_int, action="append", default=[], help="a process (and its children); repeatable")
+    sel.add_argument("--comm", action="append", default=[], help="processes with this name (as in ps -o comm); repeatable")
+    sel.add_argument("--all", action="store_true", help="every process but the agent itself")
+    run.add_argument("--duration", type=_positive_float, metavar="SECONDS", help="stop after this long, flushing everything")
+    run.add_argument("--capture-bytes", type=_positive_int, default=4096, metavar="N", help="payload bytes captured per syscall (64..65536, default 4096)")
+    run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
+    run.add_argument("--max-connections", type=_positive_int, default=16384, help="connection table bound (default 16384)")
+    run.add_argument("--stats-interval", type=_positive_float, metavar="SECONDS", help="log the self-metrics this often")
+    _add_output_options(run)
+
+    replay = sub.add_parser("replay", help="run the same pipeline on a pcap/pcapng capture")
+    replay.add_argument("pcap", help="capture file (pcap or pcapng)")
+    replay.add_argument(
+        "--perspective",
+        choices=["server", "client", "both"],
+        default="server",
+        help="which endpoint's spans to build: servers (SERVER spans), clients (CLIENT spans) or both",
+    )
+    _add_output_options(replay)
+
+    demo = sub.add_parser("demo", help="trace the bundled example services and show the traces")
+    demo.add_argument("--requests", type=_positive_int, default=20, help="requests to drive through the gateway")
+    demo.add_argument("--json-file", default="otelbpf-demo.json", metavar="PATH", help="OTLP JSON output")
+    demo.add_argument("--otlp-endpoint", metavar="URL", help="also send OTLP here")
+    demo.add_argument("--otlp-protocol", choices=PROTOCOLS)
+    return parser
+
+
+def setup_logging(level: str) -> None:
+    logging.basicConfig(level=getattr(logging, level.upper()), format="%(message)s", stream=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    setup_logging(args.log_level)
+    if args.command == "doctor":
+        return cmd_doctor()
+    if args.command == "run":
+        return cmd_run(args)
+    if args.command == "replay":
+        return cmd_replay(args)
+    if args.command == "demo":
+        from otelbpf.demo import run_demo
+
+        return run_demo(args)
+    return 2
+
+
+def cmd_doctor() -> int:
+    from otelbpf.doctor import failures, format_report, run_checks
+
+    checks = run_checks()
+    print(format_report(checks))
+    return 1 if failures(checks) else 0
+
+
+def preflight() -> bool:
+    """The doctor's checks, silently when all pass; the report when one fails."""
+    from otelbpf.doctor import failures, format_report, run_checks
+
+    checks = run_checks()
+    if failures(checks):
+        print(format_report(checks), file=sys.stderr)
+        print("otelbpf: refusing to start (see above)", file=sys.stderr)
+        return False
+    return True
+
+
+def build_sinks(args, default_to_console: bool = True):
+    """The span sinks the output options ask for, or the embedded default."""
+    from otelbpf.export import ConsoleSink, JsonFileSink, make_otlp_sink
+
+    sinks = []
+    env_endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if getattr(args, "otlp_endpoint", None) or env_endpoint or getattr(args, "otlp_protocol", None):
+        sinks.append(make_otlp_sink(args.otlp_endpoint, args.otlp_protocol))
+    if getattr(args, "json_file", None):
+        sinks.append(JsonFileSink(args.json_file))
+    if getattr(args, "console", False):
+        sinks.append(ConsoleSink())
+    if not sinks and default_to_console:
+        sinks = [ConsoleSink(), JsonFileSink(DEFAULT_JSON_FILE)]
+        log.info("otelbpf: no output configured: printing traces and writing %s", DEFAULT_JSON_FILE)
+    return sinks
+
+
+def cmd_run(args) -> int:
+    from otelbpf.agent import Agent
+    from otelbpf.export import BatchSpanProcessor
+    from otelbpf.pipeline import Pipeline
+    from otelbpf.resources import ProcessResources
+    from otelbpf.selfmetrics import Counters
+    from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
+    from otelbpf.spans import PrivacyOptions
+
+    config = CaptureConfig(
+        pids=args.pid,
+        comms=args.comm,
+        trace_all=args.all,
+        capture_bytes=args.capture_bytes,
+        ring_buffer_mb=args.ring_buffer_mb,
+    )
+    try:
+        config.validate()
+        sinks = build_sinks(args)
+    except ValueError as exc:
+        print(f"otelbpf: {exc}", file=sys.stderr)
+        return 2
+    if not preflight():
+        return 1
+
+    counters = Counters()
+    resources = ProcessResources()
+    processor = BatchSpanProcessor(sinks, resources, counters)
+    pipeline = Pipeline(processor, resources, counters, PrivacyOptions(include_query=args.include_query_strings))
+    source = EbpfSource(config)
+    agent = Agent(source, pipeline, processor, counters, stats_interval_s=args.stats_interval)
+    agent.install_signal_handlers()
+    started = time.monotonic()
+    try:
+        probes = source.start()
+    except CaptureError as exc:
+        print(f"otelbpf: {exc}", file=sys.stderr)
+        processor.shutdown(1.0)
+        return 1
+    log.info("otelbpf: tracing, %d probes attached (%.1fs)", probes, time.monotonic() - started)
+    try:
+        agent.run(args.duration)
+    finally:
+        log.info("otelbpf: stats %s", json.dumps(agent.stats()))
+        source.close()
+    return 0
+
+
+def cmd_replay(args) -> int:
+    from otelbpf.export import BatchSpanProcessor
+    from otelbpf.pipeline import Pipeline
+    from otelbpf.resources import ProcessResources
+    from otelbpf.selfmetrics import Counters
+    from otelbpf.sources.pcap import PcapError, PcapSource
+    from otelbpf.spans import PrivacyOptions
+
+    try:
+        sinks = build_sinks(args)
+        source = PcapSource(args.pcap, perspective=args.perspective)
+    except (ValueError, OSError, PcapError) as exc:
+        print(f"otelbpf: {exc}", file=sys.stderr)
+        return 2
+    counters = Counters()
+    resources = ProcessResources(describe=lambda pid, _comm: replay_attributes(source, pid))
+    processor = BatchSpanProcessor(sinks, resources, counters)
+    pipeline = Pipeline(processor, resources, counters, PrivacyOptions(include_query=args.include_query_strings))
+    batch = []
+    try:
+        for event in source.events():
+            batch.append(event)
+            if len(batch) >= 1024:
+                pipeline.handle(batch)
+                batch = []
+    except PcapError as exc:
+        print(f"otelbpf: {exc}", file=sys.stderr)
+    pipeline.handle(batch)
+    pipeline.finish()
+    processor.shutdown(10.0)
+    stats = counters.as_dict()
+    stats.update({f"pcap.{k}": v for k, v in source.stats.items()})
+    log.info("otelbpf: stats %s", json.dumps(stats))
+    return 0
+
+
+def replay_attributes(source, pid: int) -> dict:
+    endpoint = source.endpoints.get(pid)
+    if endpoint is None:
+        return {"service.name": f"pcap-endpoint-{pid}"}
+    return {"service.name": endpoint.service_name, "otelbpf.source": "pcap"}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,236 @@
+"""`otelbpf doctor`: can this host trace? Every check says what it found and,
+when something is missing, what to do about it.
+
+`otelbpf run` runs the same checks and refuses to start on a failure, so a
+missing piece is reported once, clearly, instead of as a BCC traceback.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+TRACEFS = Path("/sys/kernel/tracing")
+OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
+
+#: Tracepoints the capture program attaches (bpf/capture.c).
+SYSCALLS = ("read", "write", "readv", "writev", "recvfrom", "sendto", "recvmsg", "sendmsg", "sendfile64", "close", "connect")
+REQUIRED_TRACEPOINTS = (
+    [f"syscalls/sys_enter_{name}" for name in SYSCALLS]
+    + [f"syscalls/sys_exit_{name}" for name in SYSCALLS if name not in ("close", "connect")]
+    + ["syscalls/sys_exit_accept4", "syscalls/sys_exit_accept"]
+    + ["sock/sock_recv_length", "sock/sock_send_length", "sock/inet_sock_set_state"]
+    + ["sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit"]
+)
+
+CAP_SYS_ADMIN, CAP_PERFMON, CAP_BPF = 21, 38, 39
+BPF_MAP_CREATE = 0
+BPF_MAP_TYPE_RINGBUF = 27
+SYS_BPF = {"x86_64": 321, "aarch64": 280}
+
+
+@dataclass
+class Check:
+    name: str
+    status: str
+    detail: str
+    fix: str = ""
+
+
+def kernel_version() -> tuple[int, int]:
+    release = platform.release()
+    parts = release.split(".")
+    try:
+        return int(parts[0]), int("".join(ch for ch in parts[1] if ch.isdigit()) or 0)
+    except (IndexError, ValueError):
+        return 0, 0
+
+
+def check_kernel() -> Check:
+    release = platform.release()
+    major_minor = kernel_version()
+    if major_minor < (6, 3):
+        return Check(
+            "kernel",
+            FAIL,
+            f"{release}: otelbpf needs Linux >= 6.3 (sock:sock_recv_length/sock_send_length tracepoints)",
+            "run on a newer kernel",
+        )
+    return Check("kernel", OK, release)
+
+
+def effective_capabilities() -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("CapEff:"):
+            return int(line.split()[1], 16)
+    return 0
+
+
+def check_privileges() -> Check:
+    caps = effective_capabilities()
+    if os.geteuid() == 0 and caps & (1 << CAP_SYS_ADMIN):
+        return Check("privileges", OK, "root with CAP_SYS_ADMIN")
+    if caps & (1 << CAP_BPF) and caps & (1 << CAP_PERFMON):
+        return Check("privileges", OK, "CAP_BPF and CAP_PERFMON")
+    return Check(
+        "privileges",
+        FAIL,
+        "not root and missing CAP_BPF/CAP_PERFMON",
+        "run as root (sudo), or in a privileged container / DaemonSet with CAP_BPF, CAP_PERFMON, CAP_SYS_RESOURCE",
+    )
+
+
+def check_btf() -> Check:
+    if Path("/sys/kernel/btf/vmlinux").exists():
+        return Check("btf", OK, "/sys/kernel/btf/vmlinux present")
+    return Check("btf", INFO, "no /sys/kernel/btf/vmlinux (not needed: otelbpf reads only tracepoint arguments)")
+
+
+def ensure_tracefs() -> Check:
+    if (TRACEFS / "events").is_dir():
+        return Check("tracefs", OK, f"mounted at {TRACEFS}")
+    try:
+        TRACEFS.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "tracefs", "tracefs", str(TRACEFS)], check=True, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return Check("tracefs", FAIL, f"not mounted and mounting failed: {exc}", f"mount -t tracefs tracefs {TRACEFS}")
+    if (TRACEFS / "events").is_dir():
+        return Check("tracefs", OK, f"was not mounted: mounted it at {TRACEFS}")
+    return Check("tracefs", FAIL, "mounted but has no events/", "check CONFIG_FTRACE / CONFIG_TRACEPOINTS")
+
+
+def check_tracepoints() -> list[Check]:
+    missing = [tp for tp in REQUIRED_TRACEPOINTS if not (TRACEFS / "events" / tp).is_dir()]
+    syscall_missing = [tp for tp in missing if tp.startswith("syscalls/")]
+    other_missing = [tp for tp in missing if not tp.startswith("syscalls/")]
+    checks = []
+    n_sys = sum(tp.startswith("syscalls/") for tp in REQUIRED_TRACEPOINTS)
+    if syscall_missing:
+        checks.append(
+            Check(
+                "syscall tracepoints",
+                FAIL,
+                "missing: " + ", ".join(syscall_missing),
+                "the kernel needs CONFIG_FTRACE_SYSCALLS=y",
+            )
+        )
+    else:
+        checks.append(Check("syscall tracepoints", OK, f"all {n_sys} present"))
+    if other_missing:
+        checks.append(
+            Check(
+                "sock/sched tracepoints",
+                FAIL,
+                "missing: " + ", ".join(other_missing),
+                "sock_recv_length/sock_send_length need Linux >= 6.3",
+            )
+        )
+    else:
+        checks.append(Check("sock/sched tracepoints", OK, "sock_recv_length, sock_send_length, inet_sock_set_state, sched_*"))
+    return checks
+
+
+def check_uprobes() -> Check:
+    if Path("/sys/bus/event_source/devices/uprobe").exists() or (TRACEFS / "uprobe_events").exists():
+        return Check("uprobes", OK, "available (TLS, CUDA and NCCL probes use them)")
+    return Check("uprobes", WARN, "not available: TLS/CUDA/NCCL probes will be off", "CONFIG_UPROBE_EVENTS=y")
+
+
+def check_kprobes() -> Check:
+    if Path("/sys/bus/event_source/devices/kprobe").exists() or (TRACEFS / "kprobe_events").exists():
+        return Check("kprobes", INFO, "available (not used: otelbpf relies on tracepoints and uprobes only)")
+    return Check("kprobes", INFO, "not available on this kernel: not needed, otelbpf uses tracepoints and uprobes only")
+
+
+def _bpf_syscall(cmd: int, attr: ctypes.Array) -> int:
+    nr = SYS_BPF.get(platform.machine())
+    if nr is None:
+        return -1
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.syscall(nr, cmd, ctypes.byref(attr), ctypes.sizeof(attr))
+
+
+def check_ringbuf() -> Check:
+    """Create (and close) a BPF ring buffer map: proves both BPF and ringbuf work."""
+    attr = (ctypes.c_uint32 * 32)()
+    attr[0] = BPF_MAP_TYPE_RINGBUF  # map_type
+    attr[1] = 0  # key_size
+    attr[2] = 0  # value_size
+    attr[3] = os.sysconf("SC_PAGE_SIZE") * 4  # max_entries: ring size
+    fd = _bpf_syscall(BPF_MAP_CREATE, attr)
+    if fd < 0:
+        err = ctypes.get_errno()
+        return Check(
+            "ring buffer",
+            FAIL,
+            f"cannot create a BPF ring buffer map: {os.strerror(err)}",
+            "needs Linux >= 5.8 and BPF privileges (root / CAP_BPF)",
+        )
+    os.close(fd)
+    return Check("ring buffer", OK, "BPF_MAP_TYPE_RINGBUF works")
+
+
+def check_bcc() -> Check:
+    try:
+        import bcc  # noqa: F401
+    except ImportError:
+        return Check(
+            "bcc",
+            FAIL,
+            "python module bcc not importable",
+            "run scripts/install.sh (Debian python3-bpfcc + a venv with --system-site-packages)",
+        )
+    version = getattr(bcc, "__version__", "") or "?"
+    return Check("bcc", OK, f"bcc {version}")
+
+
+def check_kernel_headers() -> Check:
+    build = Path(f"/lib/modules/{platform.release()}/build")
+    uts = build / "include/generated/utsrelease.h"
+    if not build.exists():
+        return Check(
+            "kernel headers",
+            FAIL,
+            f"{build} missing: BCC cannot compile the probes",
+            "run scripts/install.sh (installs linux-headers-amd64 and links it as a fallback)",
+        )
+    try:
+        text = uts.read_text()
+        headers_release = text.split('"')[1]
+    except (OSError, IndexError):
+        headers_release = "?"
+    if headers_release == platform.release():
+        return Check("kernel headers", OK, f"exact ({headers_release})")
+    return Check(
+        "kernel headers",
+        OK,
+        f"fallback {headers_release} for {platform.release()} (safe: the probes never read kernel structs by header layout)",
+    )
+
+
+def run_checks() -> list[Check]:
+    checks = [check_kernel(), check_privileges(), check_btf(), ensure_tracefs()]
+    if checks[-1].status != FAIL:
+        checks += check_tracepoints()
+        checks += [check_uprobes(), check_kprobes()]
+    checks += [check_ringbuf(), check_bcc(), check_kernel_headers()]
+    return checks
+
+
+def failures(checks: list[Check]) -> list[Check]:
+    return [c for c in checks if c.status == FAIL]
+
+
+def format_report(checks: list[Check]) -> str:
+    width = max(len(c.name) for c in checks)
+    lines = []
+    for c in checks:
+        lines.append(f"  [{c.status:>4}] {c.name:<{width}}  {c.detail}")
+        if c.fix and c.status in (FAIL, WARN):
+            lines.append(f"         {'':<{width}}  -> {c.fix}")
+    verdict = "tracing can work on this host" if not failures(checks) else "tracing cannot work until the FAIL items are fixed"
+    return "otelbpf doctor\n" + "\n".join(lines) + f"\n{verdict}"

@@ -1,0 +1,107 @@
+"""Events in, spans out: the agent's per-event path.
+
+source events -> ConnectionTable (protocol sessions) -> exchange started:
+fix the span's identity -> exchange completed: build the span -> span sink
+(the batch processor). Everything here runs on one thread, the agent's main
+loop; nothing in it blocks.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Iterable, Protocol
+
+from otelbpf.connections import Connection, ConnectionTable
+from otelbpf.events import ConnClose, ConnOpen, DataEvent, Event, LostEvents, ProcessExit
+from otelbpf.model import SpanKind, SpanRecord, new_span_id, new_trace_id
+from otelbpf.resources import ProcessResources
+from otelbpf.selfmetrics import Counters
+from otelbpf.spans import PrivacyOptions, SpanStart, http_span
+from protocols import detectors as all_detectors
+from protocols.base import Detector, Direction, ExchangeCompleted, ExchangeStarted, SessionEvent
+
+log = logging.getLogger("otelbpf.pipeline")
+
+
+class SpanConsumer(Protocol):
+    def on_end(self, span: SpanRecord) -> None: ...
+
+
+class Pipeline:
+    def __init__(
+        self,
+        consumer: SpanConsumer,
+        resources: ProcessResources,
+        counters: Counters,
+        privacy: PrivacyOptions | None = None,
+        max_connections: int = 16384,
+        detectors: Iterable[Detector] | None = None,
+    ) -> None:
+        self.consumer = consumer
+        self.resources = resources
+        self.counters = counters
+        self.privacy = privacy or PrivacyOptions()
+        self.table = ConnectionTable(
+            detectors if detectors is not None else all_detectors(),
+            self._on_session_events,
+            counters,
+            max_connections=max_connections,
+        )
+        #: Spans whose request started and has not completed: id(exchange) -> start.
+        self._open: dict[int, SpanStart] = {}
+        self.last_ts_ns = 0
+
+    def handle(self, events: list[Event]) -> None:
+        self.counters.add("otelbpf.events", len(events))
+        table = self.table
+        truncated = 0
+        for event in events:
+            kind = type(event)
+            if kind is DataEvent:
+                if event.total_len > len(event.data) and not event.flags:
+                    truncated += 1
+                table.data(event)
+            elif kind is ConnOpen:
+                self.resources.observe(event.pid, event.comm)
+                table.open(event)
+            elif kind is ConnClose:
+                table.close(event.conn_id, event.ts_ns)
+            elif kind is ProcessExit:
+                table.close_process(event.pid, event.ts_ns)
+                self.resources.mark_exited(event.pid)
+            elif kind is LostEvents:
+                self.counters.add("otelbpf.events.lost", event.count)
+            if kind is not LostEvents:
+                self.last_ts_ns = event.ts_ns
+        if truncated:
+            self.counters.add("otelbpf.payload.truncated", truncated)
+
+    def finish(self, ts_ns: int | None = None) -> None:
+        """End every connection (agent stopping): open exchanges become spans."""
+        self.table.close_all(ts_ns or self.last_ts_ns)
+
+    # -- session events -------------------------------------------------------
+
+    def _on_session_events(self, conn: Connection, event: DataEvent | None, out: list[SessionEvent]) -> None:
+        for item in out:
+            if type(item) is ExchangeStarted:
+                self._start(conn, event, item.exchange)
+            elif type(item) is ExchangeCompleted:
+                self._complete(conn, item.exchange)
+
+    def _start(self, conn: Connection, event: DataEvent | None, exchange) -> None:
+        direction = event.direction if event is not None else Direction.INGRESS
+        kind = SpanKind.SERVER if direction == Direction.INGRESS else SpanKind.CLIENT
+        tid = event.tid if event is not None else conn.pid
+        self._open[id(exchange)] = SpanStart(new_trace_id(), new_span_id(), b"", kind, conn.pid, tid)
+
+    def _complete(self, conn: Connection, exchange) -> None:
+        start = self._open.pop(id(exchange), None)
+        if start is None:  # pragma: no cover - sessions always start before completing
+            log.debug("exchange completed without a start on conn %s", conn.conn_id)
+            return
+        if exchange.end_reason != "complete":
+            self.counters.add("otelbpf.exchanges.incomplete", label=exchange.end_reason)
+        span = http_span(start, exchange, conn, self.privacy)
+        self.counters.add("otelbpf.spans.created")
+        self.consumer.on_end(span)

@@ -1,0 +1,66 @@
+"""The agent's own counters (``otelbpf.*``): honest about loss.
+
+Every drop, truncation, parse error and eviction in the pipeline increments a
+counter here. They are logged at exit (and on an interval when asked) and
+exported as OTLP metrics. Increments come from the pipeline thread and the
+export threads, so updates take a lock; they happen per batch or per
+anomaly, not per byte, so the lock is cheap.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Iterator
+
+# Names and what they count. Keep in sync with README "Self-metrics".
+DESCRIPTIONS: dict[str, str] = {
+    "otelbpf.events": "events received from the source",
+    "otelbpf.events.lost": "events the kernel could not deliver (ring buffer full)",
+    "otelbpf.payload.truncated": "data events whose payload exceeded --capture-bytes",
+    "otelbpf.connections.opened": "connections seen",
+    "otelbpf.connections.evicted": "connections dropped because the table was full",
+    "otelbpf.connections.unrecognized": "connections whose protocol was not recognized",
+    "otelbpf.parse.errors": "malformed protocol input skipped",
+    "otelbpf.exchanges.incomplete": "exchanges that ended without a complete response",
+    "otelbpf.exchanges.evicted": "exchanges dropped because too many were outstanding",
+    "otelbpf.spans.created": "spans built from exchanges",
+    "otelbpf.export.spans": "spans handed to a sink successfully",
+    "otelbpf.export.dropped": "spans dropped at export (queue full, or never delivered)",
+    "otelbpf.export.failures": "failed export attempts (retried while the queue allows)",
+    "otelbpf.association.ambiguous": "spans left without a parent because the evidence was ambiguous",
+}
+
+
+class Counters:
+    """Thread-safe monotonic counters keyed by name and optional label."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[tuple[str, str], int] = {}
+
+    def add(self, name: str, amount: int = 1, label: str = "") -> None:
+        if amount == 0:
+            return
+        key = (name, label)
+        with self._lock:
+            self._values[key] = self._values.get(key, 0) + amount
+
+    def get(self, name: str, label: str | None = None) -> int:
+        """Value for ``name``; with ``label=None`` the sum over all labels."""
+        with self._lock:
+            if label is not None:
+                return self._values.get((name, label), 0)
+            return sum(v for (n, _), v in self._values.items() if n == name)
+
+    def items(self) -> Iterator[tuple[str, str, int]]:
+        with self._lock:
+            snapshot = sorted(self._values.items())
+        for (name, label), value in snapshot:
+            yield name, label, value
+
+    def as_dict(self) -> dict[str, int]:
+        """Flat view for logs and tests: ``name`` or ``name{label}`` -> value."""
+        out: dict[str, int] = {}
+        for name, label, value in self.items():
+            out[f"{name}{{{label}}}" if label else name] = value
+        return out
