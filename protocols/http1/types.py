@@ -71,6 +71,9 @@ class HttpExchange:
 
     @property
     def end_ns(self) -> int:
-        if self.response is not None and self.response.end_ns:
-            return max(self.response.end_ns, self.request.end_ns)
-        return self.request.end_ns
+        """Last byte of the response; for an abandoned exchange, when it was
+        given up (the wait for an answer is part of its duration)."""
+        end = max(self.request.end_ns, self.abandoned_ns)
+        if self.response is not None:
+            end = max(end, self.response.end_ns)
+        return end

@@ -1,0 +1,33 @@
+"""Recognises HTTP/1.x from the first bytes of a connection, by content alone.
+
+Runs on the first chunk of every new connection, so it is one anchored
+regex match over at most a few KiB: no decoding, no header parsing.
+"""
+
+from __future__ import annotations
+
+from protocols.base import Direction
+from protocols.http1.parse import looks_like_request_start, looks_like_response_start
+from protocols.http1.stitch import Http1Session
+
+
+class Http1Detector:
+    """``Detector`` of base.py for HTTP/1.0 and HTTP/1.1.
+
+    A request line (a standard method, or any token method followed by a
+    target and `` HTTP/1.x``) means ``direction`` carries requests; a status
+    line ``HTTP/1.x NNN`` means requests go the other way. The HTTP/2
+    preface (``PRI * HTTP/2.0``), TLS records and binary data match neither.
+    """
+
+    name = "http/1"
+
+    def detect(self, direction: Direction, data: bytes) -> Direction | None:
+        if looks_like_request_start(data):
+            return direction
+        if looks_like_response_start(data):
+            return direction.opposite
+        return None
+
+    def new_session(self, request_direction: Direction) -> Http1Session:
+        return Http1Session(request_direction)

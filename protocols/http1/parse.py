@@ -1,0 +1,633 @@
+"""Incremental HTTP/1.x parser for one direction of one connection.
+
+Sans-IO, in the style of h11: :meth:`HttpParser.feed` takes the bytes one
+syscall moved and returns events; it never blocks, never does I/O and never
+raises on bad input (malformed input is counted in ``parse_errors``).
+
+Two events per message, always in this order and always paired:
+
+* :class:`HeadComplete` once the start line and headers are parsed, so the
+  stitcher can start an exchange before a long body has crossed the socket;
+* :class:`MessageComplete` once the body is over, or once the parser gives up
+  on it (``complete=False``). Both events carry the *same* message object,
+  whose body fields keep filling in between the two.
+
+Capture is lossy, so the parser also copes with bytes it never sees (the
+``missing`` argument of ``feed``) and with bodies that skipped the traced
+syscalls entirely (splice): see :meth:`HttpParser.feed`.
+
+Policy when framing is lost (a gap or garbage in a head, a chunk-size line,
+the CRLF after chunk data, or a malformed head): count one parse error, end
+the current message if its head was already reported (``complete=False``,
+``body_truncated=True`` when body bytes were lost: the stitcher can still
+close the exchange instead of waiting forever), drop it otherwise, then
+discard bytes until a chunk *begins* with a plausible message start.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Literal
+
+from protocols.http1.types import HttpRequest, HttpResponse
+
+HttpMessage = HttpRequest | HttpResponse
+
+MAX_HEAD_SIZE = 64 * 1024
+MAX_HEADERS = 256
+#: A chunk-size line, extensions included, longer than this is not HTTP.
+MAX_CHUNK_LINE = 4096
+#: Interim (1xx) statuses remembered per final response; more are not kept.
+MAX_INFORMATIONAL = 16
+
+STANDARD_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+_STANDARD_METHOD_BYTES = frozenset(method.encode() for method in STANDARD_METHODS)
+
+_TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"  # RFC 9110 tchar
+_TARGET_CHAR = rb"[^\x00-\x20\x7f]"  # lenient: raw UTF-8 in targets is common
+
+# Parsing a complete head (decoded latin-1).
+_REQUEST_LINE = re.compile(rf"({_TOKEN.decode()}+) ({_TARGET_CHAR.decode()}+) HTTP/(1\.\d)")
+_STATUS_LINE = re.compile(r"HTTP/(1\.\d) ([1-9]\d\d)(?: (.*))?")
+_HEX_DIGITS = b"0123456789abcdefABCDEF"
+
+# Does a chunk begin a message? Only the first _START_WINDOW bytes are looked
+# at; the target may run past them or past the chunk's end (capture size).
+_START_WINDOW = 8192
+_REQUEST_START = re.compile(
+    b"(" + _TOKEN + rb"{1,32}) " + _TARGET_CHAR + rb"+(?P<version> HTTP/1\.\d(?:\r\n|\r?\Z))?"
+)
+_RESPONSE_START = re.compile(rb"HTTP/1\.\d [1-9]\d\d(?: |\r\n|\r?\Z)")
+
+
+def _any_prefix_of(*steps: bytes) -> re.Pattern[bytes]:
+    """Regex matching exactly the non-empty prefixes of what ``steps``, in sequence, match."""
+    pattern = b""
+    for step in reversed(steps):
+        pattern = step + (b"(?:" + pattern + b")?" if pattern else b"")
+    return re.compile(pattern + rb"\Z")
+
+
+def _literal_steps(literal: bytes) -> list[bytes]:
+    return [re.escape(bytes([byte])) for byte in literal]
+
+
+# Is a partial head still just the beginning of a start line? Then a chunk
+# that looks like a message start continues it rather than replacing it.
+_REQUEST_LINE_PREFIX = _any_prefix_of(
+    _TOKEN + rb"{1,32}", b" ", _TARGET_CHAR + b"*", *_literal_steps(b" HTTP/1."), rb"\d", rb"\r"
+)
+_STATUS_LINE_PREFIX = _any_prefix_of(*_literal_steps(b"HTTP/1."), rb"\d", b" ", rb"[1-9]", rb"\d", rb"\d", rb"[^\n]*")
+
+
+def looks_like_request_start(data: bytes) -> bool:
+    """True if ``data`` begins with ``METHOD SP target SP HTTP/1.x``.
+
+    The version may be missing only when the chunk ends inside the target
+    and the method is a standard one (a long URL cut by the capture size).
+    """
+    start = _request_start(data)
+    return start is not None and (start[1] or start[0] in _STANDARD_METHOD_BYTES)
+
+
+def _looks_like_standard_request_start(data: bytes) -> bool:
+    """Like :func:`looks_like_request_start`, for standard methods only.
+
+    Used where a false positive costs a message: any token method would
+    accept a body's last bytes glued to the next request (``b"*GET / ..."``).
+    """
+    start = _request_start(data)
+    return start is not None and start[0] in _STANDARD_METHOD_BYTES
+
+
+def _request_start(data: bytes) -> tuple[bytes, bool] | None:
+    """(method, whether `` HTTP/1.x`` was seen) if ``data`` begins like a request line."""
+    match = _REQUEST_START.match(data, 0, _START_WINDOW)
+    if match is None:
+        return None
+    has_version = match.group("version") is not None
+    if not has_version and match.end() != min(len(data), _START_WINDOW):
+        return None
+    return match.group(1), has_version
+
+
+def looks_like_response_start(data: bytes) -> bool:
+    """True if ``data`` begins with a status line ``HTTP/1.x NNN``."""
+    return _RESPONSE_START.match(data) is not None
+
+
+@dataclass(slots=True)
+class HeadComplete:
+    """A message's start line and headers are parsed; its body may follow."""
+
+    message: HttpMessage
+
+
+@dataclass(slots=True)
+class MessageComplete:
+    """A message is over: body done, or abandoned (``message.complete`` False)."""
+
+    message: HttpMessage
+
+
+ParserEvent = HeadComplete | MessageComplete
+
+
+class _State(enum.IntEnum):
+    HEAD = 0  # between messages, or inside a head (bytes kept in the buffer)
+    FIXED_BODY = 1  # Content-Length body; _remaining bytes to go
+    CHUNK_SIZE = 2  # reading a chunk-size line
+    CHUNK_DATA = 3  # _remaining bytes of chunk data to go
+    CHUNK_DATA_END = 4  # the CRLF after chunk data; _remaining of its 2 bytes to go
+    TRAILERS = 5  # trailer section after the last chunk
+    UNTIL_CLOSE = 6  # response body delimited by connection close
+    RESYNC = 7  # framing lost: discard until a chunk begins with a message start
+    OPAQUE = 8  # after 101 Switching Protocols or a CONNECT tunnel: not HTTP/1 any more
+
+
+class _Framing(enum.Enum):
+    NONE = enum.auto()  # neither Content-Length nor Transfer-Encoding
+    LENGTH = enum.auto()
+    CHUNKED = enum.auto()
+    OTHER_CODING = enum.auto()  # Transfer-Encoding whose last coding is not chunked
+    INVALID = enum.auto()  # unparsable or conflicting Content-Length
+
+
+class HttpParser:
+    """Turns one direction's byte stream into HTTP requests or responses.
+
+    ``kind`` says which: a request parser never sees responses and vice
+    versa. At most ``body_limit`` bytes of each body are kept (``body``);
+    ``body_size`` counts them all. Memory stays bounded whatever the input:
+    heads over ``max_head_size`` or with more than ``max_headers`` fields are
+    parse errors, and the response parser remembers at most ``max_pending``
+    request methods.
+    """
+
+    def __init__(
+        self,
+        kind: Literal["request", "response"],
+        body_limit: int = 65536,
+        *,
+        max_head_size: int = MAX_HEAD_SIZE,
+        max_headers: int = MAX_HEADERS,
+        max_pending: int = 256,
+    ) -> None:
+        if kind not in ("request", "response"):
+            raise ValueError(f"kind must be 'request' or 'response', not {kind!r}")
+        self.kind = kind
+        self.body_limit = body_limit
+        self.max_head_size = max_head_size
+        self.max_headers = max_headers
+        #: Count of malformed or unparsable inputs skipped.
+        self.parse_errors = 0
+        self._is_request = kind == "request"
+        self._looks_like_start: Callable[[bytes], bool] = (
+            looks_like_request_start if self._is_request else looks_like_response_start
+        )
+        self._looks_like_restart: Callable[[bytes], bool] = (
+            _looks_like_standard_request_start if self._is_request else looks_like_response_start
+        )
+        self._start_line_prefix = _REQUEST_LINE_PREFIX if self._is_request else _STATUS_LINE_PREFIX
+        self._state = _State.HEAD
+        self._buffer = bytearray()  # partial head, chunk-size line or trailers
+        self._message: HttpMessage | None = None  # set while its body is being read
+        self._head_start_ns = 0
+        self._last_byte_ns = 0  # ts of the chunk holding the current message's latest byte
+        self._remaining = 0
+        self._body_parts: list[bytes] = []
+        self._captured = 0
+        self._informational: list[int] = []
+        self._expected_methods: deque[str] = deque(maxlen=max_pending)
+
+    @property
+    def opaque(self) -> bool:
+        """The stream stopped being HTTP/1 (101 Switching Protocols, CONNECT tunnel)."""
+        return self._state is _State.OPAQUE
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes held for the message in progress (partial head plus captured body)."""
+        return len(self._buffer) + self._captured
+
+    def expect_response_to(self, method: str) -> None:
+        """Tell a response parser that a request with ``method`` was sent.
+
+        Final responses answer requests in order; the method decides their
+        framing (HEAD: no body; CONNECT + 2xx: tunnel). A response that
+        arrives with no method queued is framed as if it answered a GET.
+        When more than ``max_pending`` are queued the oldest is forgotten,
+        as the stitcher evicts the oldest outstanding request.
+        """
+        self._expected_methods.append(method)
+
+    def feed(self, data: bytes, ts_ns: int, missing: int = 0) -> list[ParserEvent]:
+        """Parse ``data`` (one syscall's bytes, moved at ``ts_ns``).
+
+        ``missing`` bytes followed ``data`` but were not captured. Inside a
+        body they only advance its counters (``body_truncated``); anywhere
+        else they break framing (see the module docstring).
+
+        A chunk that begins with a message start (for requests: a standard
+        method) while a message is still in progress means the rest of that
+        message was never captured, and the new one is parsed:
+
+        * inside a body, its tail skipped the traced syscalls (splice): the
+          message ends with ``complete=False`` and ``body_truncated=True``;
+        * inside a head whose start line is complete or can no longer become
+          one (say, the capture began mid-stream), the partial head is
+          dropped and counted as a parse error.
+
+        This is checked at chunk boundaries only, where an unrelated body
+        rarely lines up with a start line.
+        """
+        events: list[ParserEvent] = []
+        if self._state is _State.OPAQUE:
+            return events
+        if data:
+            if self._state is _State.RESYNC:
+                if not self._looks_like_start(data):
+                    return events
+                self._state = _State.HEAD
+            elif self._cut_short_by(data):
+                self._drop_message_in_progress(events)
+            self._consume(data, ts_ns, events)
+        if missing > 0:
+            self._skip_missing(missing, ts_ns, events)
+        return events
+
+    def close(self) -> list[ParserEvent]:
+        """The connection ended: finish or abandon the message in progress.
+
+        A body delimited by the close completes normally; any other message
+        whose head was reported ends with ``complete=False``; a partial head
+        is dropped and counted as a parse error.
+        """
+        events: list[ParserEvent] = []
+        if self._state is _State.UNTIL_CLOSE:
+            self._finish(self._last_byte_ns, events)
+        elif self._message is not None:
+            self._abandon_message(events, body_lost=False)
+        elif self._state is _State.HEAD and self._buffer:
+            self.parse_errors += 1
+            self._buffer.clear()
+        return events
+
+    # -- byte consumption -------------------------------------------------
+
+    def _consume(self, data: bytes, ts_ns: int, events: list[ParserEvent]) -> None:
+        pos, end = 0, len(data)
+        while pos < end:
+            consumer = _CONSUMERS.get(self._state)
+            if consumer is None:  # RESYNC or OPAQUE: the rest of this chunk is ignored
+                return
+            pos = consumer(self, data, pos, ts_ns, events)
+            if self._message is not None:  # what was just consumed belongs to it
+                self._last_byte_ns = ts_ns
+
+    def _consume_head(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        if not self._buffer:
+            pos = _skip_blank_lines(data, pos)
+            if pos == len(data):
+                return pos
+            self._head_start_ns = ts_ns
+        head, pos = self._take_section(data, pos, b"\r\n\r\n", self.max_head_size, events)
+        if head is not None:
+            self._on_head(head, ts_ns, events)
+        return pos
+
+    def _consume_fixed_body(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        count = min(len(data) - pos, self._remaining)
+        self._take_body(data, pos, count)
+        if self._remaining == 0:
+            self._finish(ts_ns, events)
+        return pos + count
+
+    def _consume_chunk_size(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        line, pos = self._take_section(data, pos, b"\r\n", MAX_CHUNK_LINE, events)
+        if line is None:
+            return pos
+        size = _chunk_size(line)
+        if size is None:
+            self._lose_sync(events)
+        elif size == 0:
+            # Seed the buffer with the last-chunk line's CRLF so that the
+            # trailer section, empty or not, ends at the first CRLFCRLF.
+            self._buffer += b"\r\n"
+            self._state = _State.TRAILERS
+        else:
+            self._remaining = size
+            self._state = _State.CHUNK_DATA
+        return pos
+
+    def _consume_chunk_data(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        count = min(len(data) - pos, self._remaining)
+        self._take_body(data, pos, count)
+        if self._remaining == 0:
+            self._remaining = 2
+            self._state = _State.CHUNK_DATA_END
+        return pos + count
+
+    def _consume_chunk_data_end(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        expected = b"\r\n"[2 - self._remaining :]
+        seen = data[pos : pos + len(expected)]
+        if not expected.startswith(seen):
+            self._lose_sync(events)
+            return pos
+        self._remaining -= len(seen)
+        if self._remaining == 0:
+            self._state = _State.CHUNK_SIZE
+        return pos + len(seen)
+
+    def _consume_trailers(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        section, pos = self._take_section(data, pos, b"\r\n\r\n", self.max_head_size, events)
+        if section is not None:
+            assert self._message is not None
+            # The section starts with the seeded CRLF: line 0 is always empty.
+            self._message.trailers = self._parse_fields(section.decode("latin-1").split("\r\n")[1:])
+            self._finish(ts_ns, events)
+        return pos
+
+    def _consume_until_close(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        self._take_body(data, pos, len(data) - pos)
+        return len(data)
+
+    def _take_section(
+        self, data: bytes, pos: int, terminator: bytes, limit: int, events: list[ParserEvent]
+    ) -> tuple[bytes | None, int]:
+        """Bytes up to ``terminator``, joined with what earlier chunks left.
+
+        Returns ``(section, position after the terminator)``, or ``(None,
+        len(data))`` once the rest of ``data`` is buffered awaiting more.
+        A section longer than ``limit`` loses sync.
+        """
+        buffer = self._buffer
+        if buffer:
+            search_from = max(0, len(buffer) - len(terminator) + 1)
+            already_buffered = len(buffer)
+            buffer += data[pos:]
+            found = buffer.find(terminator, search_from)
+            if found < 0:
+                section = None
+            else:
+                section = bytes(buffer[:found])
+                buffer.clear()
+                pos += found + len(terminator) - already_buffered
+        else:
+            found = data.find(terminator, pos)
+            if found < 0:
+                buffer += data[pos:]
+                section = None
+            else:
+                section = data[pos:found]
+                pos = found + len(terminator)
+        if len(buffer) > limit or (section is not None and len(section) > limit):
+            self._lose_sync(events)
+            return None, len(data)
+        return section, pos if section is not None else len(data)
+
+    def _take_body(self, data: bytes, pos: int, count: int) -> None:
+        message = self._message
+        assert message is not None
+        room = self.body_limit - self._captured
+        if room > 0 and count > 0:
+            part = data[pos : pos + min(count, room)]
+            self._body_parts.append(part)
+            self._captured += len(part)
+        message.body_size += count
+        self._remaining -= count
+
+    # -- heads --------------------------------------------------------------
+
+    def _on_head(self, head: bytes, ts_ns: int, events: list[ParserEvent]) -> None:
+        lines = head.decode("latin-1").split("\r\n")
+        if len(lines) - 1 > self.max_headers:
+            self._lose_sync(events)
+            return
+        message = _new_request(lines[0]) if self._is_request else _new_response(lines[0])
+        if message is None:
+            self._lose_sync(events)
+            return
+        message.headers = self._parse_fields(lines[1:])
+        message.start_ns = self._head_start_ns
+        message.head_end_ns = ts_ns
+        if isinstance(message, HttpRequest):
+            self._frame_request(message, events)
+        else:
+            self._frame_response(message, events)
+
+    def _parse_fields(self, lines: list[str]) -> list[tuple[str, str]]:
+        """``name: value`` lines to pairs; bad lines are counted and skipped."""
+        fields: list[tuple[str, str]] = []
+        for line in lines:
+            name, colon, value = line.partition(":")
+            if colon and name and name[0] not in " \t":
+                fields.append((name.lower(), value.strip()))
+            elif line[:1] in (" ", "\t") and fields:  # obsolete line folding
+                folded_name, previous = fields[-1]
+                fields[-1] = (folded_name, f"{previous} {line.strip()}")
+            else:
+                self.parse_errors += 1
+        return fields
+
+    def _frame_request(self, request: HttpRequest, events: list[ParserEvent]) -> None:
+        framing, length = _body_framing(request.headers)
+        if framing is _Framing.INVALID or framing is _Framing.OTHER_CODING:
+            self._lose_sync(events)  # a server answers 400 and closes: nothing to frame by
+            return
+        self._begin_body(request, framing, length, events)
+
+    def _frame_response(self, response: HttpResponse, events: list[ParserEvent]) -> None:
+        status = response.status
+        if status < 200 and status != 101:
+            if len(self._informational) < MAX_INFORMATIONAL:
+                self._informational.append(status)
+            return
+        method = self._expected_methods[0] if self._expected_methods else None
+        if status == 101 or (method == "CONNECT" and 200 <= status < 300):
+            self._begin_body(response, _Framing.LENGTH, 0, events)
+            self._state = _State.OPAQUE
+        elif method == "HEAD" or status == 204 or status == 304:
+            self._begin_body(response, _Framing.LENGTH, 0, events)
+        else:
+            framing, length = _body_framing(response.headers)
+            if framing is _Framing.INVALID:
+                self._lose_sync(events)
+                return
+            self._begin_body(response, framing, length, events)
+
+    def _begin_body(self, message: HttpMessage, framing: _Framing, length: int, events: list[ParserEvent]) -> None:
+        """Report the head, then set up for the body (or finish if it has none)."""
+        if isinstance(message, HttpResponse):
+            if self._expected_methods:
+                self._expected_methods.popleft()
+            message.informational = self._informational
+            self._informational = []
+        self._message = message
+        events.append(HeadComplete(message))
+        if framing is _Framing.CHUNKED:
+            self._state = _State.CHUNK_SIZE
+        elif framing is _Framing.LENGTH and length > 0:
+            self._remaining = length
+            self._state = _State.FIXED_BODY
+        elif self._is_request or framing is _Framing.LENGTH:
+            self._finish(message.head_end_ns, events)
+        else:
+            self._state = _State.UNTIL_CLOSE
+
+    # -- ends of messages -------------------------------------------------
+
+    def _finish(self, end_ns: int, events: list[ParserEvent]) -> None:
+        message = self._message
+        assert message is not None
+        message.end_ns = end_ns
+        if self._body_parts:
+            message.body = b"".join(self._body_parts)
+            self._body_parts = []
+        self._captured = 0
+        self._message = None
+        self._state = _State.HEAD
+        events.append(MessageComplete(message))
+
+    def _cut_short_by(self, data: bytes) -> bool:
+        """Does ``data``, starting a new message, show the one in progress will never end?"""
+        if self._message is None and not self._buffer:
+            return False
+        if not self._looks_like_restart(data):
+            return False
+        # A start line may be split anywhere: b"G" then b"ET / HTTP/1.1" is one request.
+        return self._message is not None or self._start_line_prefix.match(self._buffer) is None
+
+    def _drop_message_in_progress(self, events: list[ParserEvent]) -> None:
+        if self._message is not None:
+            self._abandon_message(events)
+        else:
+            self.parse_errors += 1
+            self._buffer.clear()
+
+    def _abandon_message(self, events: list[ParserEvent], body_lost: bool = True) -> None:
+        """End the message in progress as incomplete (its head was reported)."""
+        message = self._message
+        assert message is not None
+        message.complete = False
+        message.body_truncated |= body_lost
+        self._buffer.clear()
+        self._finish(self._last_byte_ns, events)
+
+    def _lose_sync(self, events: list[ParserEvent]) -> None:
+        self.parse_errors += 1
+        if self._message is not None:
+            self._abandon_message(events, body_lost=self._state is not _State.TRAILERS)
+        self._buffer.clear()
+        self._informational = []
+        self._state = _State.RESYNC
+
+    def _skip_missing(self, missing: int, ts_ns: int, events: list[ParserEvent]) -> None:
+        """Account for ``missing`` uncaptured bytes that followed the last chunk."""
+        state = self._state
+        if state is _State.RESYNC or state is _State.OPAQUE:
+            return
+        if state is _State.UNTIL_CLOSE:
+            self._skip_body(missing, ts_ns)
+            return
+        if state is _State.FIXED_BODY or state is _State.CHUNK_DATA:
+            skipped = min(missing, self._remaining)
+            self._skip_body(skipped, ts_ns)
+            missing -= skipped
+            if self._remaining == 0:
+                if state is _State.FIXED_BODY:
+                    self._finish(ts_ns, events)
+                else:
+                    self._remaining = 2
+                    self._state = _State.CHUNK_DATA_END
+        if missing > 0:  # the gap covers framing or a head: where the stream resumes is unknown
+            self._lose_sync(events)
+
+    def _skip_body(self, count: int, ts_ns: int) -> None:
+        message = self._message
+        assert message is not None
+        message.body_size += count
+        message.body_truncated = True
+        self._remaining -= count
+        self._last_byte_ns = ts_ns
+
+
+_Consumer = Callable[[HttpParser, bytes, int, int, list[ParserEvent]], int]
+_CONSUMERS: dict[_State, _Consumer] = {
+    _State.HEAD: HttpParser._consume_head,
+    _State.FIXED_BODY: HttpParser._consume_fixed_body,
+    _State.CHUNK_SIZE: HttpParser._consume_chunk_size,
+    _State.CHUNK_DATA: HttpParser._consume_chunk_data,
+    _State.CHUNK_DATA_END: HttpParser._consume_chunk_data_end,
+    _State.TRAILERS: HttpParser._consume_trailers,
+    _State.UNTIL_CLOSE: HttpParser._consume_until_close,
+}
+
+
+def _skip_blank_lines(data: bytes, pos: int) -> int:
+    """Skip CR/LF bytes between messages (RFC 9112 §2.2 allows stray CRLFs)."""
+    end = len(data)
+    while pos < end and data[pos] in b"\r\n":
+        pos += 1
+    return pos
+
+
+def _new_request(start_line: str) -> HttpRequest | None:
+    match = _REQUEST_LINE.fullmatch(start_line)
+    if match is None:
+        return None
+    method, target, version = match.groups()
+    return HttpRequest(version=version, method=method, target=target)
+
+
+def _new_response(start_line: str) -> HttpResponse | None:
+    match = _STATUS_LINE.fullmatch(start_line)
+    if match is None:
+        return None
+    version, status, reason = match.groups()
+    return HttpResponse(version=version, status=int(status), reason=(reason or "").strip())
+
+
+def _body_framing(headers: list[tuple[str, str]]) -> tuple[_Framing, int]:
+    """How the body is delimited, per RFC 9112 §6.3 (Transfer-Encoding wins)."""
+    content_length: str | None = None
+    transfer_coding: str | None = None
+    for name, value in headers:
+        if name == "content-length":
+            content_length = value if content_length is None else f"{content_length},{value}"
+        elif name == "transfer-encoding":
+            transfer_coding = value if transfer_coding is None else f"{transfer_coding},{value}"
+    if transfer_coding is not None:
+        if transfer_coding.rpartition(",")[2].strip().lower() == "chunked":
+            return _Framing.CHUNKED, 0
+        return _Framing.OTHER_CODING, 0
+    if content_length is None:
+        return _Framing.NONE, 0
+    length = _content_length(content_length)
+    if length is None:
+        return _Framing.INVALID, 0
+    return _Framing.LENGTH, length
+
+
+def _content_length(value: str) -> int | None:
+    """The length, or None if not digits or if repeated values disagree."""
+    values = {part.strip() for part in value.split(",")} if "," in value else {value}
+    if len(values) != 1:
+        return None
+    digits = values.pop()
+    # isascii: str.isdigit accepts superscripts that latin-1 can produce;
+    # 18 digits: int() refuses very long decimal strings.
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
+        return None
+    return int(digits)
+
+
+def _chunk_size(line: bytes) -> int | None:
+    """Size from a chunk-size line (extensions ignored), or None if malformed."""
+    digits = line.partition(b";")[0].strip(b" \t")
+    if not digits or len(digits) > 16 or digits.translate(None, _HEX_DIGITS):
+        return None
+    return int(digits, 16)

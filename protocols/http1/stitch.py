@@ -1,0 +1,116 @@
+"""Pairs HTTP/1.x requests with responses into exchanges, per connection.
+
+HTTP/1.x answers requests strictly in order (pipelining included), so
+pairing is FIFO: each final response answers the oldest request still
+waiting for one. The request parser tells us when an exchange starts (its
+head is parsed), the response parser when it ends (its final response is
+over).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from protocols.base import Direction, ExchangeCompleted, ExchangeStarted, SessionEvent
+from protocols.http1.parse import HeadComplete, HttpParser, ParserEvent
+from protocols.http1.types import HttpExchange, HttpRequest, HttpResponse
+
+
+class Http1Session:
+    """One HTTP/1.x connection as seen by one traced process (``Session`` of base.py).
+
+    Bytes moving in ``request_direction`` are requests, the other way
+    responses. At most ``max_pending`` requests wait for a response; one
+    more ends the oldest with end_reason "evicted". After 101 Switching
+    Protocols or a CONNECT tunnel the connection no longer carries HTTP/1:
+    its bytes are ignored (they are not errors).
+    """
+
+    protocol = "http/1"
+
+    def __init__(self, request_direction: Direction, body_limit: int = 65536, max_pending: int = 256) -> None:
+        self.request_direction = request_direction
+        self.max_pending = max_pending
+        self._requests = HttpParser("request", body_limit)
+        # The response parser forgets the oldest expected method exactly when
+        # _start_exchange evicts the oldest pending exchange: same bound.
+        self._responses = HttpParser("response", body_limit, max_pending=max_pending)
+        self._pending: deque[HttpExchange] = deque()  # waiting for a final response head
+        self._answering: HttpExchange | None = None  # final response head seen, body in progress
+        self._stitch_errors = 0
+        self._tunnelled = False
+
+    @property
+    def parse_errors(self) -> int:
+        """Malformed bytes skipped by either parser, plus responses with no request."""
+        return self._requests.parse_errors + self._responses.parse_errors + self._stitch_errors
+
+    def feed(self, direction: Direction, data: bytes, ts_ns: int, missing: int = 0) -> list[SessionEvent]:
+        out: list[SessionEvent] = []
+        if self._tunnelled:
+            return out
+        if direction == self.request_direction:
+            self._on_request_events(self._requests.feed(data, ts_ns, missing), ts_ns, out)
+        else:
+            self._on_response_events(self._responses.feed(data, ts_ns, missing), out)
+            self._tunnelled = self._responses.opaque
+        return out
+
+    def close(self, ts_ns: int) -> list[SessionEvent]:
+        """End every open exchange; a response delimited by the close completes normally."""
+        out: list[SessionEvent] = []
+        if not self._tunnelled:
+            self._requests.close()  # marks a request cut mid-body complete=False
+            self._on_response_events(self._responses.close(), out, closed_ns=ts_ns)
+        while self._pending:
+            self._end(self._pending.popleft(), "connection_closed", out, abandoned_ns=ts_ns)
+        return out
+
+    def _on_request_events(self, events: list[ParserEvent], ts_ns: int, out: list[SessionEvent]) -> None:
+        for event in events:
+            if type(event) is HeadComplete:
+                assert isinstance(event.message, HttpRequest)
+                self._start_exchange(event.message, ts_ns, out)
+            # MessageComplete: the request object the exchange holds is now final.
+
+    def _start_exchange(self, request: HttpRequest, ts_ns: int, out: list[SessionEvent]) -> None:
+        exchange = HttpExchange(request=request, protocol=f"http/{request.version}")
+        self._pending.append(exchange)
+        self._responses.expect_response_to(request.method)
+        out.append(ExchangeStarted(exchange))
+        if len(self._pending) > self.max_pending:
+            self._end(self._pending.popleft(), "evicted", out, abandoned_ns=ts_ns)
+
+    def _on_response_events(
+        self, events: list[ParserEvent], out: list[SessionEvent], closed_ns: int | None = None
+    ) -> None:
+        """Pair response heads with the oldest pending request; end exchanges as responses end.
+
+        A response that ends incomplete while the connection is open lost
+        capture (a gap, splice) but did end its exchange: "complete". Only at
+        close (``closed_ns`` given) was it cut short: "connection_closed".
+        """
+        for event in events:
+            response = event.message
+            assert isinstance(response, HttpResponse)
+            if type(event) is HeadComplete:
+                self._answer_oldest(response)
+            elif self._answering is not None:
+                if closed_ns is not None and not response.complete:
+                    self._end(self._answering, "connection_closed", out, abandoned_ns=closed_ns)
+                else:
+                    self._end(self._answering, "complete", out)
+                self._answering = None
+
+    def _answer_oldest(self, response: HttpResponse) -> None:
+        if not self._pending:
+            self._stitch_errors += 1  # capture began mid-exchange, or a request was lost
+            return
+        self._answering = self._pending.popleft()
+        self._answering.response = response
+
+    @staticmethod
+    def _end(exchange: HttpExchange, reason: str, out: list[SessionEvent], abandoned_ns: int = 0) -> None:
+        exchange.end_reason = reason
+        exchange.abandoned_ns = abandoned_ns
+        out.append(ExchangeCompleted(exchange))
