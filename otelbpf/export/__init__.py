@@ -1,0 +1,32 @@
+"""Span export: OTLP encoding, sinks (OTLP gRPC/HTTP, JSON file, console) and the batch processor.
+
+Typical wiring::
+
+    sinks = [make_otlp_sink(args.endpoint, args.protocol), JsonFileSink("spans.jsonl")]
+    processor = BatchSpanProcessor(sinks, resources, counters)
+    processor.on_end(span_record)        # hot path, per finished span
+    processor.shutdown(timeout_s=5.0)    # at exit
+"""
+
+from otelbpf.export.base import SpanBatch, SpanSink
+from otelbpf.export.console import ConsoleSink
+from otelbpf.export.encode import encode_request
+from otelbpf.export.jsonfile import JsonFileSink, from_otlp_json, read_json_file, to_otlp_json
+from otelbpf.export.otlp import OtlpGrpcSink, OtlpHttpSink, make_otlp_sink, resolve_protocol
+from otelbpf.export.processor import BatchSpanProcessor
+
+__all__ = [
+    "BatchSpanProcessor",
+    "ConsoleSink",
+    "JsonFileSink",
+    "OtlpGrpcSink",
+    "OtlpHttpSink",
+    "SpanBatch",
+    "SpanSink",
+    "encode_request",
+    "from_otlp_json",
+    "make_otlp_sink",
+    "read_json_file",
+    "resolve_protocol",
+    "to_otlp_json",
+]
