@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Record the capture files that tests/test_pcap_source.py replays, into
+# tests/data/. This script is the source of truth for how each was made
+# (tests/data/README.md summarises it). Run as root: tcpdump needs it.
+#
+# Every capture is real traffic on the loopback interface between a real
+# server and curl. Response bodies are generated deterministically
+# (make_body below; the tests rebuild the same bytes) and curl sends a fixed
+# User-Agent, so the tests can compare reassembled streams byte for byte.
+#
+#   http_get.pcap          python3 -m http.server (HTTP/1.0): GET /small.txt (200)
+#                          and GET /missing.txt (404), two connections
+#   http_keepalive.pcap    python3 -m http.server -p HTTP/1.1: one curl with three
+#                          URLs, so three requests on one kept-alive connection
+#   http_post_chunked.pcap a small echo server: POST with a chunked body that curl
+#                          streams from a pipe in three parts, echoed back
+#   nginx_large.pcap       nginx: GET /large.txt, a 48000-byte body written in
+#                          8 KB buffers, so several segments
+#   http_ipv6.pcap         python3 -m http.server bound to ::1: GET /small.txt
+#   snaplen200.pcap        as nginx_large.pcap but tcpdump -s 200: every segment
+#                          is cut to 200 bytes, so bodies are truncated
+#   sll.pcap, sll2.pcap    tcpdump -i any with -y LINUX_SLL / LINUX_SLL2: the
+#                          http.server GET /small.txt, in Linux cooked framing
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+out="$here/tests/data"
+py=/usr/bin/python3
+user_agent="otelbpf-pcap-recorder"
+work=$(mktemp -d)
+server_pids=()
+tcpdump_pid=""
+
+cleanup() {
+    [ -n "$tcpdump_pid" ] && kill -INT "$tcpdump_pid" 2>/dev/null || true
+    for pid in "${server_pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$work"
+}
+trap cleanup EXIT
+
+say() { printf 'record_pcaps: %s\n' "$*"; }
+
+if [ "$(id -u)" != 0 ]; then
+    echo "record_pcaps: must run as root (tcpdump)" >&2
+    exit 1
+fi
+
+# make_body NAME SIZE: lines "NAME line 00000\n", ... cut to SIZE bytes.
+# tests/test_pcap_source.py:make_body builds the same bytes.
+make_body() {
+    "$py" -c '
+import sys
+name, size = sys.argv[1], int(sys.argv[2])
+body = "".join(f"{name} line {i:05d}\n" for i in range(size // 10 + 1))[:size]
+sys.stdout.write(body)' "$1" "$2"
+}
+
+mkdir -p "$out" "$work/www"
+chmod 755 "$work" "$work/www"
+make_body small 2000 >"$work/www/small.txt"
+make_body a 300 >"$work/www/a.txt"
+make_body b 5000 >"$work/www/b.txt"
+make_body c 100 >"$work/www/c.txt"
+make_body large 48000 >"$work/www/large.txt"
+
+# wait_for_port PORT: until something listens on it.
+wait_for_port() {
+    for _ in $(seq 100); do
+        if ss -Htln "sport = :$1" | grep -q .; then return 0; fi
+        sleep 0.05
+    done
+    echo "record_pcaps: nothing listens on port $1" >&2
+    exit 1
+}
+
+# start_capture FILE FILTER [TCPDUMP-ARGS...]: tcpdump on lo unless -i is given.
+start_capture() {
+    local file=$1 filter=$2
+    shift 2
+    local args=(-i lo)
+    [[ " $* " == *" -i "* ]] && args=()
+    rm -f "$out/$file"
+    tcpdump "${args[@]}" "$@" -Z root --immediate-mode -U -w "$out/$file" "$filter" 2>"$work/tcpdump.log" &
+    tcpdump_pid=$!
+    for _ in $(seq 100); do
+        grep -q "listening on" "$work/tcpdump.log" 2>/dev/null && return 0
+        sleep 0.05
+    done
+    echo "record_pcaps: tcpdump did not start: $(cat "$work/tcpdump.log")" >&2
+    exit 1
+}
+
+stop_capture() {
+    sleep 1  # let the last FIN/ACKs through the capture ring
+    kill -INT "$tcpdump_pid"
+    wait "$tcpdump_pid" || true
+    tcpdump_pid=""
+    say "$(ls -l "$out/$1" | awk '{print $5}') bytes  $1 ($(grep captured "$work/tcpdump.log"))"
+}
+
+start_server() {
+    "$@" >/dev/null 2>&1 &
+    server_pids+=($!)
+}
+
+curl_() { curl -sS --fail-with-body -A "$user_agent" "$@"; }
+
+# --- servers -----------------------------------------------------------------
+start_server "$py" -m http.server 18080 --bind 127.0.0.1 --directory "$work/www"
+start_server "$py" -m http.server 18081 --bind 127.0.0.1 --directory "$work/www" -p HTTP/1.1
+start_server "$py" -m http.server 18083 --bind ::1 --directory "$work/www"
+
+# Echo server: reads a chunked (or sized) request body, answers it back.
+cat >"$work/echo_server.py" <<'EOF'
+import http.server
+
+
+class Echo(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                body += self.rfile.read(size)
+                self.rfile.readline()
+                if size == 0:
+                    break
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+http.server.ThreadingHTTPServer(("127.0.0.1", 18084), Echo).serve_forever()
+EOF
+start_server "$py" "$work/echo_server.py"
+
+mkdir -p "$work/nginx"
+cat >"$work/nginx/nginx.conf" <<EOF
+daemon off;
+master_process off;
+pid $work/nginx/nginx.pid;
+error_log $work/nginx/error.log;
+events { worker_connections 64; }
+http {
+    access_log off;
+    client_body_temp_path $work/nginx;
+    proxy_temp_path $work/nginx;
+    fastcgi_temp_path $work/nginx;
+    uwsgi_temp_path $work/nginx;
+    scgi_temp_path $work/nginx;
+    default_type text/plain;
+    server_tokens off;
+    # Written from user space in 8 KB buffers, so the body crosses the wire
+    # in several segments (sendfile would hand it to the kernel whole).
+    sendfile off;
+    output_buffers 1 8k;
+    server {
+        listen 127.0.0.1:18082;
+        root $work/www;
+    }
+}
+EOF
+start_server nginx -p "$work/nginx" -c "$work/nginx/nginx.conf"
+
+for port in 18080 18081 18082 18083 18084; do wait_for_port "$port"; done
+
+# --- captures ----------------------------------------------------------------
+start_capture http_get.pcap "tcp port 18080"
+curl_ -o /dev/null http://127.0.0.1:18080/small.txt
+curl -sS -A "$user_agent" -o /dev/null http://127.0.0.1:18080/missing.txt
+stop_capture http_get.pcap
+
+start_capture http_keepalive.pcap "tcp port 18081"
+curl_ -o /dev/null -o /dev/null -o /dev/null \
+    http://127.0.0.1:18081/a.txt http://127.0.0.1:18081/b.txt http://127.0.0.1:18081/c.txt
+stop_capture http_keepalive.pcap
+
+start_capture http_post_chunked.pcap "tcp port 18084"
+{ printf 'first part\n'; sleep 0.2; printf 'second part\n'; sleep 0.2; printf 'third part\n'; } |
+    curl_ -o /dev/null -X POST -T - -H "Expect:" -H "Content-Type: text/plain" http://127.0.0.1:18084/echo
+stop_capture http_post_chunked.pcap
+
+start_capture nginx_large.pcap "tcp port 18082"
+curl_ -o /dev/null http://127.0.0.1:18082/large.txt
+stop_capture nginx_large.pcap
+
+start_capture http_ipv6.pcap "tcp port 18083"
+curl_ -g -o /dev/null "http://[::1]:18083/small.txt"
+stop_capture http_ipv6.pcap
+
+start_capture snaplen200.pcap "tcp port 18082" -s 200
+curl_ -o /dev/null http://127.0.0.1:18082/large.txt
+stop_capture snaplen200.pcap
+
+start_capture sll.pcap "tcp port 18080" -i any -y LINUX_SLL
+curl_ -o /dev/null http://127.0.0.1:18080/small.txt
+stop_capture sll.pcap
+
+start_capture sll2.pcap "tcp port 18080" -i any -y LINUX_SLL2
+curl_ -o /dev/null http://127.0.0.1:18080/small.txt
+stop_capture sll2.pcap
