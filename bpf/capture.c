@@ -402,7 +402,7 @@ static __always_inline __u64 gather_iov(struct data_record *rec, __u64 iov_ptr, 
 {
     __u64 captured = 0;
     __u64 consumed = 0;
-#pragma unroll
+    /* A bounded loop (kernel >= 5.3 verifies it without unrolling). */
     for (int i = 0; i < MAX_IOV; i++) {
         if (i >= iovcnt || consumed >= total || captured >= CAPTURE_BYTES)
             break;

@@ -161,6 +161,11 @@ class ConnectionTable:
 
     def _end_session(self, conn: Connection, ts_ns: int) -> None:
         if conn.session is None:
+            if conn._probe_events and not conn.unrecognized:
+                # closed before detection gave up: it carried nothing we know
+                conn._probe_events = []
+                conn.unrecognized = True
+                self.counters.add("otelbpf.connections.unrecognized")
             return
         events = conn.session.close(ts_ns)
         self._account_parse_errors(conn)

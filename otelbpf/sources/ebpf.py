@@ -102,7 +102,7 @@ class EbpfSource:
             f"-DCAPTURE_BYTES={self.config.capture_bytes}",
             f"-DRINGBUF_PAGES={pages}",
             f"-DCAPTURE_UNIX={int(self.config.capture_unix)}",
-            "-Wno-pass-failed",
+            
             "-Wno-macro-redefined",
         ]
         try:

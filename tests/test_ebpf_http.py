@@ -1,0 +1,272 @@
+"""Real eBPF, real processes: the agent traces unmodified HTTP/1.1 servers and clients.
+
+Each test starts real servers and clients as separate processes, runs
+`python -m otelbpf run` against them as a user would, and reads the OTLP
+JSON file it writes.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import EXAMPLES, ROOT, wait_until
+from otlp_receiver import ReceivedSpan, attributes_dict
+
+from otelbpf.export import read_json_file
+
+pytestmark = pytest.mark.ebpf
+
+CLIENTS = ROOT / "tests" / "clients"
+SERVER, CLIENT = 2, 3  # OTLP SpanKind
+
+
+def spans_in_file(path) -> list[ReceivedSpan]:
+    out = []
+    for request in read_json_file(path):
+        for resource_spans in request.resource_spans:
+            resource = attributes_dict(resource_spans.resource.attributes)
+            for scope_spans in resource_spans.scope_spans:
+                for span in scope_spans.spans:
+                    out.append(ReceivedSpan(span, resource, scope_spans.scope.name, scope_spans.scope.version))
+    return out
+
+
+def start_client(args: list[str]) -> subprocess.Popen:
+    """A client process that waits for a line on stdin before it starts."""
+    proc = subprocess.Popen(
+        [sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def go(proc: subprocess.Popen) -> None:
+    proc.stdin.write("go\n")
+    proc.stdin.flush()
+
+
+def duration_ms(span) -> float:
+    return (span.end_time_unix_nano - span.start_time_unix_nano) / 1e6
+
+
+def test_200_keepalive_requests_give_200_server_and_200_client_spans(services, agent, tmp_path):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "20"])
+    client = start_client([str(CLIENTS / "keepalive_client.py"), f"http://127.0.0.1:{backend.port}/items/", "200"])
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(backend.pid), "--pid", str(client.pid), "--json-file", str(out)])
+    go(client)
+    stdout, _ = client.communicate(timeout=60)
+    assert stdout.split().count("200") == 200
+    assert run.stop() == 0
+
+    spans = spans_in_file(out)
+    server = [s for s in spans if s.span.kind == SERVER]
+    client_spans = [s for s in spans if s.span.kind == CLIENT]
+    assert len(server) == 200 and len(client_spans) == 200
+    assert {s.resource["process.pid"] for s in server} == {backend.pid}
+    assert {s.resource["process.pid"] for s in client_spans} == {client.pid}
+    assert server[0].resource["service.name"] == "http_backend"
+    assert client_spans[0].resource["service.name"] == "keepalive_client"
+
+    paths = sorted(s.attributes["url.path"] for s in server)
+    assert paths == sorted(f"/items/{i}" for i in range(200))
+    for s in server:
+        attrs = s.attributes
+        assert s.name == "GET /items/{id}"
+        assert attrs["http.request.method"] == "GET"
+        assert attrs["http.response.status_code"] == 200
+        assert attrs["http.route"] == "/items/{id}"
+        assert attrs["server.port"] == backend.port
+        assert attrs["network.peer.address"] == "127.0.0.1"
+        assert attrs["network.protocol.version"] == "1.1"
+        assert attrs["user_agent.original"].startswith("python-requests/")
+        assert s.span.parent_span_id == b""
+        assert 20 <= duration_ms(s.span) < 2000, duration_ms(s.span)
+    for s in client_spans:
+        assert s.name == "GET"
+        assert s.attributes["http.response.status_code"] == 200
+        assert s.attributes["server.port"] == backend.port
+        assert s.attributes["url.full"].startswith(f"http://127.0.0.1:{backend.port}/items/")
+        assert 20 <= duration_ms(s.span) < 2000
+    # one connection: every client span has the same local port as peer of the server spans
+    assert len({s.attributes["network.peer.port"] for s in server}) == 1
+    stats = run.stats()
+    assert stats["otelbpf.spans.created"] == 400
+    assert stats.get("otelbpf.events.lost", 0) == 0
+    assert stats.get("otelbpf.parse.errors", 0) == 0
+
+
+def test_curl_posts_and_gets_traced_by_comm_including_processes_started_later(services, agent, tmp_path):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(backend.pid), "--comm", "curl", "--json-file", str(out)])
+    base = f"http://127.0.0.1:{backend.port}"
+    body = '{"prompt": "' + "x" * 300 + '"}'
+    subprocess.run(
+        ["curl", "-sf", "-o", "/dev/null", "-X", "POST", "-H", "Content-Type: application/json", "-d", body, f"{base}/predict"],
+        check=True,
+    )
+    subprocess.run(["curl", "-s", "-o", "/dev/null", f"{base}/items/7?token=secret", f"{base}/nope", f"{base}/error"], check=True)
+    assert run.stop() == 0
+    spans = spans_in_file(out)
+    by_kind_path = {(s.span.kind, s.attributes.get("url.path") or s.attributes.get("url.full")): s for s in spans}
+    server_post = by_kind_path[(SERVER, "/predict")]
+    assert server_post.attributes["http.request.method"] == "POST"
+    assert server_post.attributes["http.request.body.size"] == len(body)
+    assert server_post.attributes["user_agent.original"].startswith("curl/")
+    assert server_post.span.status.code == 0
+    server_items = by_kind_path[(SERVER, "/items/7")]
+    assert "url.query" not in server_items.attributes  # private by default
+    assert not any("secret" in str(a) for s in spans for a in s.attributes.values())
+    not_found = by_kind_path[(SERVER, "/nope")]
+    assert not_found.attributes["http.response.status_code"] == 404
+    assert not_found.span.status.code == 0  # 4xx is not a server error
+    server_error = by_kind_path[(SERVER, "/error")]
+    assert server_error.span.status.code == 2 and server_error.attributes["error.type"] == "500"
+    curl_spans = [s for s in spans if s.resource.get("process.executable.name") == "curl"]
+    assert len(curl_spans) == 4 and all(s.span.kind == CLIENT for s in curl_spans)
+    client_404 = [s for s in curl_spans if s.attributes["http.response.status_code"] == 404]
+    assert client_404 and client_404[0].span.status.code == 2  # 4xx is a client error
+
+
+def test_garbage_client_does_not_break_tracing(services, agent, tmp_path):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])
+    client = start_client([str(CLIENTS / "raw_client.py"), "garbage", "127.0.0.1", str(backend.port)])
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(backend.pid), "--pid", str(client.pid), "--json-file", str(out)])
+    go(client)
+    assert client.stdout.readline().strip() == "sent"
+    client.wait(timeout=30)
+    assert run.stop() == 0
+    spans = spans_in_file(out)
+    server = [s for s in spans if s.span.kind == SERVER]
+    assert [s.attributes["url.path"] for s in server] == ["/items/after-garbage"]
+    stats = run.stats()
+    # The garbage connection (both ends) was seen and recognised as no known protocol.
+    assert stats["otelbpf.connections.unrecognized"] >= 2
+    assert stats["otelbpf.spans.created"] == 2
+
+
+def test_client_killed_mid_request_ends_its_span_with_an_error(services, agent, tmp_path):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "500"])
+    waiting = start_client([str(CLIENTS / "raw_client.py"), "request", "127.0.0.1", str(backend.port), "/items/slow"])
+    partial = start_client([str(CLIENTS / "raw_client.py"), "partial", "127.0.0.1", str(backend.port)])
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(backend.pid), "--pid", str(waiting.pid), "--pid", str(partial.pid), "--json-file", str(out)])
+    go(waiting)
+    go(partial)
+    assert waiting.stdout.readline().strip() == "sent"
+    assert partial.stdout.readline().strip() == "sent"
+    time.sleep(0.1)
+    waiting.send_signal(signal.SIGKILL)
+    partial.send_signal(signal.SIGKILL)
+    waiting.wait()
+    partial.wait()
+    time.sleep(1.0)  # the backend finishes its 500 ms sleep and writes into the dead socket
+    assert run.stop() == 0
+    spans = spans_in_file(out)
+    client_spans = [s for s in spans if s.span.kind == CLIENT]
+    assert len(client_spans) == 1
+    killed = client_spans[0]
+    assert killed.span.status.code == 2
+    assert killed.attributes["otelbpf.exchange.end_reason"] == "connection_closed"
+    assert "http.response.status_code" not in killed.attributes
+    server = [s for s in spans if s.span.kind == SERVER]
+    assert [s.attributes["url.path"] for s in server] == ["/items/slow"]
+    # The backend writes its head into the dead socket (accepted); the body
+    # write then normally fails with EPIPE once the peer's RST is in: the
+    # response is then honestly incomplete, and counted.
+    served = server[0].attributes
+    assert served["http.response.status_code"] == 200
+    server_incomplete = served.get("otelbpf.exchange.end_reason") == "connection_closed"
+    assert server_incomplete == served.get("otelbpf.response.incomplete", False)
+    stats = run.stats()
+    assert stats["otelbpf.exchanges.incomplete{connection_closed}"] == 1 + server_incomplete, stats
+    # the half-sent request head never became an exchange, and nothing crashed
+    assert stats["otelbpf.spans.created"] == 2
+
+
+def test_server_that_closes_early_gives_client_error_span(services, agent, tmp_path):
+    server = services([str(CLIENTS / "early_close_server.py")])
+    out = tmp_path / "spans.json"
+    run = agent(["--comm", "curl", "--pid", str(server.pid), "--json-file", str(out)])
+    result = subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{server.port}/closes"])
+    assert result.returncode != 0  # curl saw the empty reply
+    assert run.stop() == 0
+    spans = spans_in_file(out)
+    client_spans = [s for s in spans if s.span.kind == CLIENT]
+    server_spans = [s for s in spans if s.span.kind == SERVER]
+    assert len(client_spans) == 1 and len(server_spans) == 1
+    for s in client_spans + server_spans:
+        assert s.span.status.code == 2
+        assert s.attributes["otelbpf.exchange.end_reason"] == "connection_closed"
+    assert run.stats()["otelbpf.exchanges.incomplete{connection_closed}"] == 2
+
+
+def test_bodies_larger_than_the_capture_size_are_counted_not_lost(services, agent, tmp_path):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(backend.pid), "--capture-bytes", "256", "--json-file", str(out)])
+    payload = tmp_path / "big.json"
+    payload.write_text('{"prompt": "' + "y" * 100_000 + '"}')
+    for _ in range(3):
+        subprocess.run(
+            ["curl", "-sf", "-o", "/dev/null", "-X", "POST", "--data-binary", f"@{payload}", f"http://127.0.0.1:{backend.port}/predict"],
+            check=True,
+        )
+    assert run.stop() == 0
+    spans = [s for s in spans_in_file(out) if s.span.kind == SERVER]
+    assert len(spans) == 3
+    for s in spans:
+        assert s.attributes["http.request.body.size"] == payload.stat().st_size
+        assert s.attributes["otelbpf.payload.truncated"] is True
+        assert s.attributes["http.response.status_code"] == 200
+    assert run.stats()["otelbpf.payload.truncated"] >= 3
+
+
+def test_sendfile_body_is_counted_and_marked(services, agent, tmp_path):
+    server = services([str(CLIENTS / "sendfile_server.py"), "300000"])
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(server.pid), "--json-file", str(out)])
+    url = f"http://127.0.0.1:{server.port}/file"
+    subprocess.run(["curl", "-sf", "-o", "/dev/null", url, url], check=True)
+    assert run.stop() == 0
+    spans = spans_in_file(out)
+    assert len(spans) == 2
+    for s in spans:
+        assert s.attributes["http.response.status_code"] == 200
+        assert s.attributes["http.response.body.size"] == 300000
+        assert s.attributes["otelbpf.response.body.sendfile"] is True
+        assert "otelbpf.response.incomplete" not in s.attributes
+
+
+def test_sigterm_flushes_and_exits_zero(services, agent, tmp_path):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(backend.pid), "--json-file", str(out)])
+    subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{backend.port}/items/1"], check=True)
+    assert run.stop(signal.SIGTERM) == 0
+    assert len(spans_in_file(out)) == 1
+
+
+def test_duration_stops_cleanly(services, tmp_path):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])
+    out = tmp_path / "spans.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "otelbpf", "run", "--pid", str(backend.pid), "--duration", "4", "--json-file", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=str(ROOT),
+    )
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if line.startswith("otelbpf: tracing,"):
+            subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{backend.port}/items/2"], check=True)
+    assert proc.wait(timeout=60) == 0, "".join(lines)
+    assert any("probes attached" in line for line in lines)
+    assert [s.attributes["url.path"] for s in spans_in_file(out)] == ["/items/2"]
