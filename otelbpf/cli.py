@@ -128,13 +128,29 @@ def preflight() -> bool:
     return True
 
 
+def otlp_configured_by_env() -> bool:
+    """Standard OTel variables that ask for OTLP export."""
+    env = os.environ
+    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "otlp":
+        return True
+    return any(
+        env.get(name)
+        for name in (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        )
+    )
+
+
 def build_sinks(args, default_to_console: bool = True):
-    """The span sinks the output options ask for, or the embedded default."""
+    """The span sinks the output options (and OTEL_* variables) ask for, or
+    the embedded default: a console tree and an OTLP JSON file."""
     from otelbpf.export import ConsoleSink, JsonFileSink, make_otlp_sink
 
     sinks = []
-    env_endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-    if getattr(args, "otlp_endpoint", None) or env_endpoint or getattr(args, "otlp_protocol", None):
+    if getattr(args, "otlp_endpoint", None) or getattr(args, "otlp_protocol", None) or otlp_configured_by_env():
         sinks.append(make_otlp_sink(args.otlp_endpoint, args.otlp_protocol))
     if getattr(args, "json_file", None):
         sinks.append(JsonFileSink(args.json_file))
@@ -164,12 +180,16 @@ def cmd_run(args) -> int:
     )
     try:
         config.validate()
-        sinks = build_sinks(args)
     except ValueError as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
         return 2
     if not preflight():
         return 1
+    try:
+        sinks = build_sinks(args)
+    except (ValueError, OSError) as exc:
+        print(f"otelbpf: output: {exc}", file=sys.stderr)
+        return 2
 
     counters = Counters()
     resources = ProcessResources()

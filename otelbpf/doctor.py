@@ -33,6 +33,21 @@ BPF_MAP_TYPE_RINGBUF = 27
 SYS_BPF = {"x86_64": 321, "aarch64": 280}
 
 
+def _is_dir(path: Path) -> bool:
+    """Like Path.is_dir, but False (not an exception) when we may not look."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 @dataclass
 class Check:
     name: str
@@ -85,26 +100,28 @@ def check_privileges() -> Check:
 
 
 def check_btf() -> Check:
-    if Path("/sys/kernel/btf/vmlinux").exists():
+    if _exists(Path("/sys/kernel/btf/vmlinux")):
         return Check("btf", OK, "/sys/kernel/btf/vmlinux present")
     return Check("btf", INFO, "no /sys/kernel/btf/vmlinux (not needed: otelbpf reads only tracepoint arguments)")
 
 
 def ensure_tracefs() -> Check:
-    if (TRACEFS / "events").is_dir():
+    if _is_dir(TRACEFS / "events"):
         return Check("tracefs", OK, f"mounted at {TRACEFS}")
+    if os.path.ismount(TRACEFS):
+        return Check("tracefs", FAIL, f"mounted at {TRACEFS} but not readable by this user", "run as root")
     try:
         TRACEFS.mkdir(parents=True, exist_ok=True)
         subprocess.run(["mount", "-t", "tracefs", "tracefs", str(TRACEFS)], check=True, capture_output=True, timeout=10)
     except (OSError, subprocess.SubprocessError) as exc:
         return Check("tracefs", FAIL, f"not mounted and mounting failed: {exc}", f"mount -t tracefs tracefs {TRACEFS}")
-    if (TRACEFS / "events").is_dir():
+    if _is_dir(TRACEFS / "events"):
         return Check("tracefs", OK, f"was not mounted: mounted it at {TRACEFS}")
     return Check("tracefs", FAIL, "mounted but has no events/", "check CONFIG_FTRACE / CONFIG_TRACEPOINTS")
 
 
 def check_tracepoints() -> list[Check]:
-    missing = [tp for tp in REQUIRED_TRACEPOINTS if not (TRACEFS / "events" / tp).is_dir()]
+    missing = [tp for tp in REQUIRED_TRACEPOINTS if not _is_dir(TRACEFS / "events" / tp)]
     syscall_missing = [tp for tp in missing if tp.startswith("syscalls/")]
     other_missing = [tp for tp in missing if not tp.startswith("syscalls/")]
     checks = []
@@ -135,13 +152,13 @@ def check_tracepoints() -> list[Check]:
 
 
 def check_uprobes() -> Check:
-    if Path("/sys/bus/event_source/devices/uprobe").exists() or (TRACEFS / "uprobe_events").exists():
+    if _exists(Path("/sys/bus/event_source/devices/uprobe")) or _exists(TRACEFS / "uprobe_events"):
         return Check("uprobes", OK, "available (TLS, CUDA and NCCL probes use them)")
     return Check("uprobes", WARN, "not available: TLS/CUDA/NCCL probes will be off", "CONFIG_UPROBE_EVENTS=y")
 
 
 def check_kprobes() -> Check:
-    if Path("/sys/bus/event_source/devices/kprobe").exists() or (TRACEFS / "kprobe_events").exists():
+    if _exists(Path("/sys/bus/event_source/devices/kprobe")) or _exists(TRACEFS / "kprobe_events"):
         return Check("kprobes", INFO, "available (not used: otelbpf relies on tracepoints and uprobes only)")
     return Check("kprobes", INFO, "not available on this kernel: not needed, otelbpf uses tracepoints and uprobes only")
 
@@ -191,7 +208,7 @@ def check_bcc() -> Check:
 def check_kernel_headers() -> Check:
     build = Path(f"/lib/modules/{platform.release()}/build")
     uts = build / "include/generated/utsrelease.h"
-    if not build.exists():
+    if not _exists(build):
         return Check(
             "kernel headers",
             FAIL,

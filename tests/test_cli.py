@@ -1,0 +1,147 @@
+"""The command line: replay from pcap files, doctor, and clear errors for wrong input."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+from otelbpf.export import read_json_file
+
+DATA = ROOT / "tests" / "data"
+SERVER, CLIENT = 2, 3
+
+
+def otelbpf(*args: str, user: str | None = None, **kwargs) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "otelbpf", *args]
+    if user is not None:
+        command = ["setpriv", f"--reuid={user}", f"--regid={user}", "--clear-groups", "--inh-caps=-all", *command]
+    return subprocess.run(command, capture_output=True, text=True, cwd=str(ROOT), timeout=120, **kwargs)
+
+
+def spans(path) -> list:
+    return [
+        (resource_spans.resource, span)
+        for request in read_json_file(path)
+        for resource_spans in request.resource_spans
+        for scope_spans in resource_spans.scope_spans
+        for span in scope_spans.spans
+    ]
+
+
+def attrs(span) -> dict:
+    return {kv.key: getattr(kv.value, kv.value.WhichOneof("value")) for kv in span.attributes}
+
+
+def test_replay_keepalive_capture_gives_one_server_span_per_request(tmp_path):
+    out = tmp_path / "replay.json"
+    result = otelbpf("replay", str(DATA / "http_keepalive.pcap"), "--json-file", str(out))
+    assert result.returncode == 0, result.stderr
+    found = spans(out)
+    assert [attrs(s)["url.path"] for _, s in found] == ["/a.txt", "/b.txt", "/c.txt"]
+    for resource, span in found:
+        assert span.kind == SERVER
+        assert attrs(span)["http.response.status_code"] == 200
+        assert span.end_time_unix_nano > span.start_time_unix_nano
+        service = {kv.key: kv.value.string_value for kv in resource.attributes}["service.name"]
+        assert service == "127.0.0.1:18081"
+    sizes = [attrs(s)["http.response.body.size"] for _, s in found]
+    assert sizes == [300, 5000, 100]
+
+
+def test_replay_both_perspectives_gives_client_and_server_spans(tmp_path):
+    out = tmp_path / "replay.json"
+    result = otelbpf("replay", str(DATA / "http_post_chunked.pcap"), "--perspective", "both", "--json-file", str(out))
+    assert result.returncode == 0, result.stderr
+    kinds = sorted(span.kind for _, span in spans(out))
+    assert kinds == [SERVER, CLIENT]
+    for _, span in spans(out):
+        assert attrs(span)["http.request.method"] == "POST"
+        assert attrs(span)["http.response.status_code"] == 200
+
+
+def test_replay_truncated_capture_is_counted_not_crashed(tmp_path):
+    out = tmp_path / "replay.json"
+    result = otelbpf("replay", str(DATA / "snaplen200.pcap"), "--json-file", str(out))
+    assert result.returncode == 0, result.stderr
+    assert '"pcap.truncated_packets": 5' in result.stderr
+    assert '"otelbpf.payload.truncated"' in result.stderr
+
+
+def test_replay_rejects_a_file_that_is_not_a_capture(tmp_path):
+    bogus = tmp_path / "not.pcap"
+    bogus.write_bytes(b"this is not a capture file at all")
+    result = otelbpf("replay", str(bogus), "--json-file", str(tmp_path / "x.json"))
+    assert result.returncode == 2
+    assert "otelbpf:" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_replay_missing_file_is_a_clear_error(tmp_path):
+    result = otelbpf("replay", str(tmp_path / "nope.pcap"))
+    assert result.returncode == 2
+    assert "nope.pcap" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run"], "nothing to trace"),
+        (["run", "--pid", "1", "--capture-bytes", "10"], "--capture-bytes must be between"),
+        (["run", "--pid", "1", "--ring-buffer-mb", "3"], "power of two"),
+        (["run", "--comm", "a-name-longer-than-15-bytes"], "1 to 15 bytes"),
+        (["run", "--pid", "-4"], "must be > 0"),
+        (["run", "--pid", "1", "--otlp-protocol", "carrier-pigeon"], "invalid choice"),
+        (["run", "--pid", "1", "--duration", "soon"], "not a number"),
+    ],
+)
+def test_wrong_flags_give_a_clear_error(args, message):
+    result = otelbpf(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.ebpf
+def test_unwritable_json_file_is_a_clear_error(tmp_path):
+    result = otelbpf("run", "--pid", "1", "--duration", "1", "--json-file", str(tmp_path / "no" / "such" / "dir.json"))
+    assert result.returncode == 2
+    assert "otelbpf: output:" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.ebpf
+def test_otlp_protocol_from_env_is_validated():
+    result = otelbpf("run", "--pid", "1", "--duration", "1", env={**os.environ, "OTEL_EXPORTER_OTLP_PROTOCOL": "json"})
+    assert result.returncode == 2
+    assert "grpc" in result.stderr and "http/protobuf" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.ebpf
+def test_pid_that_does_not_exist_is_refused():
+    result = otelbpf("run", "--pid", "4194000", "--json-file", "/dev/null")
+    assert result.returncode == 1
+    assert "--pid 4194000: no such process" in result.stderr
+
+
+@pytest.mark.ebpf
+def test_doctor_passes_as_root():
+    result = otelbpf("doctor")
+    assert result.returncode == 0, result.stdout
+    assert "tracing can work on this host" in result.stdout
+    assert "kprobes" in result.stdout
+
+
+@pytest.mark.ebpf
+def test_doctor_and_run_refuse_without_privileges(tmp_path):
+    """As an unprivileged user the checks fail with what to do, and run refuses to start."""
+    os.chmod(tmp_path, 0o777)
+    doctor = otelbpf("doctor", user="65534", env={**os.environ, "HOME": str(tmp_path)})
+    assert doctor.returncode == 1
+    assert "[FAIL] privileges" in doctor.stdout
+    assert "run as root" in doctor.stdout
+    run = otelbpf("run", "--pid", "1", "--json-file", str(tmp_path / "x.json"), user="65534", env={**os.environ, "HOME": str(tmp_path)})
+    assert run.returncode == 1
+    assert "refusing to start" in run.stderr
