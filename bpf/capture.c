@@ -29,7 +29,10 @@
 #define MAX_IOV 8
 #endif
 #ifndef CAPTURE_UNIX
-#define CAPTURE_UNIX 0
+#define CAPTURE_UNIX 1
+#endif
+#ifndef HAVE_SK_DATA_READY
+#define HAVE_SK_DATA_READY 1
 #endif
 
 /* Hide a value's known range from the compiler so the bounds check that
@@ -73,6 +76,7 @@ struct active_io {
     __u64 enter_ts;
     __u64 buf; /* flat buffer, iovec array or msghdr (user pointers) */
     __u64 sk;  /* set by sock_*_length: proves the fd is a socket */
+    __u64 peer_sk; /* Unix sockets: the receiving end, from sk_data_ready */
     __s32 fd;
     __u32 iovcnt;
     __u16 family;
@@ -88,7 +92,9 @@ struct conn_key {
 struct conn_val {
     __u64 conn_id; /* 0 until data is first seen */
     __u64 sk;
+    __u64 peer_sk;
     __u8 role;
+    __u8 muted; /* set by user space: no protocol we know, stop copying */
 };
 
 struct tuple {
@@ -309,6 +315,23 @@ TRACEPOINT_PROBE(sock, sock_send_length)
     return on_sock_io((__u64)args->sk, args->family, args->protocol);
 }
 
+#if HAVE_SK_DATA_READY && CAPTURE_UNIX
+/* A Unix-socket write wakes the receiving socket inside the writer's
+ * syscall: that names the other end of the connection, which user space
+ * uses to pair a client with its server. */
+TRACEPOINT_PROBE(sock, sk_data_ready)
+{
+    if (args->family != MY_AF_UNIX)
+        return 0;
+    __u64 id = bpf_get_current_pid_tgid();
+    struct active_io *io = active.lookup(&id);
+    if (!io || io->sk == (__u64)args->skaddr)
+        return 0;
+    io->peer_sk = (__u64)args->skaddr;
+    return 0;
+}
+#endif
+
 static __always_inline int wanted_socket(struct active_io *io)
 {
     if (io->family == MY_AF_INET || io->family == MY_AF_INET6)
@@ -335,7 +358,7 @@ static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn
     events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 }
 
-static __always_inline void emit_open(__u64 id, struct active_io *io, __u64 conn_id, __u8 role)
+static __always_inline void emit_conn_info(__u64 id, struct active_io *io, __u64 conn_id, __u8 role, __u8 type)
 {
     struct conn_record *rec = events.ringbuf_reserve(sizeof(struct conn_record));
     if (!rec) {
@@ -348,9 +371,11 @@ static __always_inline void emit_open(__u64 id, struct active_io *io, __u64 conn
     rec->hdr.tgid = id >> 32;
     rec->hdr.tid = (__u32)id;
     rec->hdr.fd = io->fd;
-    rec->hdr.type = EV_CONN_OPEN;
+    rec->hdr.type = type;
     rec->info.role = role;
     rec->info.protocol = io->protocol;
+    rec->info.sock_id = io->sk;
+    rec->info.peer_sock_id = io->peer_sk;
     __u64 sk = io->sk;
     struct tuple *t = sk_tuples.lookup(&sk);
     if (t) {
@@ -370,15 +395,20 @@ static __always_inline void emit_open(__u64 id, struct active_io *io, __u64 conn
 }
 
 /* The connection id for (tgid, fd), announcing the connection the first
- * time it carries data. */
+ * time it carries data; 0 when user space muted it (nothing to copy). */
 static __always_inline __u64 connection_for(__u64 id, struct active_io *io)
 {
     struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
     struct conn_val *known = conns.lookup(&key);
     __u8 role = ROLE_UNKNOWN;
     if (known) {
-        if (known->conn_id && known->sk == io->sk)
-            return known->conn_id;
+        if (known->conn_id && known->sk == io->sk) {
+            if (io->peer_sk && !known->peer_sk) {
+                known->peer_sk = io->peer_sk;
+                emit_conn_info(id, io, known->conn_id, known->role, EV_CONN_PEER);
+            }
+            return known->muted ? 0 : known->conn_id;
+        }
         if (known->conn_id) /* fd reused without a close we saw (dup2) */
             emit_close(key.tgid, (__u32)id, io->fd, known->conn_id);
         else
@@ -391,9 +421,10 @@ static __always_inline __u64 connection_for(__u64 id, struct active_io *io)
     struct conn_val fresh = {};
     fresh.conn_id = __sync_fetch_and_add(seq, 1) + 1;
     fresh.sk = io->sk;
+    fresh.peer_sk = io->peer_sk;
     fresh.role = role;
     conns.update(&key, &fresh);
-    emit_open(id, io, fresh.conn_id, role);
+    emit_conn_info(id, io, fresh.conn_id, role, EV_CONN_OPEN);
     return fresh.conn_id;
 }
 

@@ -12,6 +12,7 @@ enum event_type {
     EV_CONN_OPEN = 2,  /* first sight of (tgid, fd) as a socket */
     EV_CONN_CLOSE = 3, /* close() of a socket we reported */
     EV_PROC_EXIT = 4,  /* a traced process exited */
+    EV_CONN_PEER = 5,  /* the peer socket of a Unix connection became known */
 };
 
 enum direction {
@@ -44,7 +45,7 @@ struct event_hdr {
     __u32 captured_len; /* bytes of payload following the header */
 };
 
-/* EV_CONN_OPEN: header + this (56 bytes) */
+/* EV_CONN_OPEN and EV_CONN_PEER: header + this (72 bytes) */
 struct conn_info {
     __u16 family; /* AF_INET, AF_INET6, AF_UNIX; 0 when the tuple is unknown */
     __u16 local_port;
@@ -54,6 +55,11 @@ struct conn_info {
     __u8 local_addr[16]; /* IPv4 in the first 4 bytes */
     __u8 peer_addr[16];
     char comm[16];
+    /* Opaque socket identities (kernel sock addresses, never exported):
+     * for Unix sockets, the client's peer_sock_id is the server's sock_id,
+     * which pairs the two ends of one connection. */
+    __u64 sock_id;
+    __u64 peer_sock_id;
 };
 
 /* Indexes of the per-CPU counter array `stats`. */

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from otelbpf.events import Event
 from otelbpf.pipeline import Pipeline
+from otelbpf.reorder import ReorderBuffer
 from otelbpf.selfmetrics import Counters
 
 log = logging.getLogger("otelbpf")
@@ -48,6 +49,7 @@ class Agent:
         self.stats_interval_s = stats_interval_s
         self.flush_timeout_s = flush_timeout_s
         self.stop_event = threading.Event()
+        self.reorder = ReorderBuffer()
         self._kernel_lost_seen = 0
 
     def request_stop(self, *_args) -> None:
@@ -75,14 +77,15 @@ class Agent:
                 break
             self.stop_event.wait(max(0.0, DRAIN_INTERVAL_S - (now - tick)))
         self._drain_once()
+        self.pipeline.handle(self.reorder.flush())
         self._sync_kernel_counters()
         self.pipeline.finish()
         self.processor.shutdown(self.flush_timeout_s)
 
     def _drain_once(self) -> None:
-        events = self.source.read()
-        if events:
-            self.pipeline.handle(events)
+        ready = self.reorder.push(self.source.read())
+        if ready:
+            self.pipeline.handle(ready)
 
     def _sync_kernel_counters(self) -> None:
         try:

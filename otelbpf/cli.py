@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--capture-bytes", type=_positive_int, default=4096, metavar="N", help="payload bytes captured per syscall (64..65536, default 4096)")
     run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
     run.add_argument("--max-connections", type=_positive_int, default=16384, help="connection table bound (default 16384)")
+    run.add_argument("--no-unix-sockets", action="store_true", help="trace TCP only, not Unix domain sockets")
     run.add_argument("--stats-interval", type=_positive_float, metavar="SECONDS", help="log the self-metrics this often")
     _add_output_options(run)
 
@@ -177,6 +178,7 @@ def cmd_run(args) -> int:
         trace_all=args.all,
         capture_bytes=args.capture_bytes,
         ring_buffer_mb=args.ring_buffer_mb,
+        capture_unix=not args.no_unix_sockets,
     )
     try:
         config.validate()
@@ -194,8 +196,15 @@ def cmd_run(args) -> int:
     counters = Counters()
     resources = ProcessResources()
     processor = BatchSpanProcessor(sinks, resources, counters)
-    pipeline = Pipeline(processor, resources, counters, PrivacyOptions(include_query=args.include_query_strings))
     source = EbpfSource(config)
+    pipeline = Pipeline(
+        processor,
+        resources,
+        counters,
+        PrivacyOptions(include_query=args.include_query_strings),
+        max_connections=args.max_connections,
+        on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id),
+    )
     agent = Agent(source, pipeline, processor, counters, stats_interval_s=args.stats_interval)
     agent.install_signal_handlers()
     started = time.monotonic()

@@ -40,6 +40,8 @@ class Connection:
         "peer_port",
         "role_hint",
         "comm",
+        "sock_id",
+        "peer_sock_id",
         "opened_ns",
         "session",
         "unrecognized",
@@ -59,6 +61,8 @@ class Connection:
         self.peer_port = 0
         self.role_hint = RoleHint.UNKNOWN
         self.comm = ""
+        self.sock_id = 0
+        self.peer_sock_id = 0
         self.opened_ns = opened_ns
         self.session: Session | None = None
         self.unrecognized = False
@@ -78,6 +82,8 @@ class Connection:
         conn.peer_port = event.peer_port
         conn.role_hint = event.role_hint
         conn.comm = event.comm
+        conn.sock_id = event.sock_id
+        conn.peer_sock_id = event.peer_sock_id
         return conn
 
     @property
@@ -97,11 +103,15 @@ class ConnectionTable:
         on_events: ExchangeHandler,
         counters: Counters,
         max_connections: int = 16384,
+        on_unrecognized: Callable[[Connection], None] | None = None,
     ) -> None:
         self.detectors = list(detectors)
         self.on_events = on_events
         self.counters = counters
         self.max_connections = max_connections
+        #: Told when a live connection is given up on (the eBPF source then
+        #: stops copying its payloads in the kernel).
+        self.on_unrecognized = on_unrecognized
         self._conns: OrderedDict[int, Connection] = OrderedDict()
         self._by_pid: dict[int, set[int]] = {}
 
@@ -131,6 +141,11 @@ class ConnectionTable:
         self._conns[conn.conn_id] = conn
         self._by_pid.setdefault(conn.pid, set()).add(conn.conn_id)
         self.counters.add("otelbpf.connections.opened")
+
+    def peer(self, conn_id: int, peer_sock_id: int) -> None:
+        conn = self._conns.get(conn_id)
+        if conn is not None:
+            conn.peer_sock_id = peer_sock_id
 
     def close(self, conn_id: int, ts_ns: int) -> None:
         conn = self._conns.pop(conn_id, None)
@@ -212,6 +227,8 @@ class ConnectionTable:
             conn._probe_events = []
             conn.unrecognized = True
             self.counters.add("otelbpf.connections.unrecognized")
+            if self.on_unrecognized is not None:
+                self.on_unrecognized(conn)
 
     def _start_session(self, conn: Connection, detector: Detector, request_direction: Direction) -> None:
         conn.session = detector.new_session(request_direction)

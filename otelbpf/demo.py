@@ -74,8 +74,10 @@ def run_demo(args) -> int:
     counters = Counters()
     resources = ProcessResources()
     processor = BatchSpanProcessor(sinks, resources, counters)
-    pipeline = Pipeline(processor, resources, counters)
     source = EbpfSource(CaptureConfig(pids=[backend.pid, gateway.pid], comms=["curl"]))
+    pipeline = Pipeline(
+        processor, resources, counters, on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id)
+    )
     agent = Agent(source, pipeline, processor, counters)
     try:
         try:

@@ -151,6 +151,16 @@ def check_tracepoints() -> list[Check]:
     return checks
 
 
+def check_unix_pairing() -> Check:
+    if _is_dir(TRACEFS / "events/sock/sk_data_ready"):
+        return Check("unix socket pairing", OK, "sock:sk_data_ready present")
+    return Check(
+        "unix socket pairing",
+        WARN,
+        "no sock:sk_data_ready tracepoint (Linux >= 6.6): Unix-socket client and server spans are not linked",
+    )
+
+
 def check_uprobes() -> Check:
     if _exists(Path("/sys/bus/event_source/devices/uprobe")) or _exists(TRACEFS / "uprobe_events"):
         return Check("uprobes", OK, "available (TLS, CUDA and NCCL probes use them)")
@@ -233,7 +243,7 @@ def run_checks() -> list[Check]:
     checks = [check_kernel(), check_privileges(), check_btf(), ensure_tracefs()]
     if checks[-1].status != FAIL:
         checks += check_tracepoints()
-        checks += [check_uprobes(), check_kprobes()]
+        checks += [check_unix_pairing(), check_uprobes(), check_kprobes()]
     checks += [check_ringbuf(), check_bcc(), check_kernel_headers()]
     return checks
 

@@ -46,6 +46,10 @@ class ConnOpen:
     peer_port: int = 0
     role_hint: RoleHint = RoleHint.UNKNOWN
     comm: str = ""
+    #: Opaque identity of this end's socket, and (Unix sockets) of the other
+    #: end's when known: a client's peer_sock_id is its server's sock_id.
+    sock_id: int = 0
+    peer_sock_id: int = 0
 
 
 @dataclass(slots=True)
@@ -66,6 +70,18 @@ class DataEvent:
     @property
     def missing(self) -> int:
         return self.total_len - len(self.data)
+
+
+@dataclass(slots=True)
+class ConnPeer:
+    """The other end of a Unix-socket connection became known (first write)."""
+
+    ts_ns: int
+    pid: int
+    tid: int
+    fd: int
+    conn_id: int
+    peer_sock_id: int
 
 
 @dataclass(slots=True)
@@ -90,6 +106,6 @@ class LostEvents:
     count: int
 
 
-Event = ConnOpen | DataEvent | ConnClose | ProcessExit | LostEvents
+Event = ConnOpen | ConnPeer | DataEvent | ConnClose | ProcessExit | LostEvents
 
 FAMILY_NAMES = {socket.AF_INET: "inet", socket.AF_INET6: "inet6", socket.AF_UNIX: "unix"}

@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from typing import Iterable, Protocol
 
+from otelbpf.association import Linker
 from otelbpf.connections import Connection, ConnectionTable
-from otelbpf.events import ConnClose, ConnOpen, DataEvent, Event, LostEvents, ProcessExit
-from otelbpf.model import SpanKind, SpanRecord, new_span_id, new_trace_id
+from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, Event, LostEvents, ProcessExit
+from otelbpf.model import SpanKind, SpanRecord
 from otelbpf.resources import ProcessResources
 from otelbpf.selfmetrics import Counters
 from otelbpf.spans import PrivacyOptions, SpanStart, http_span
@@ -27,6 +28,12 @@ class SpanConsumer(Protocol):
     def on_end(self, span: SpanRecord) -> None: ...
 
 
+class SpanObserver(Protocol):
+    """Sees every finished span (e.g. the HTTP metrics)."""
+
+    def record(self, span: SpanRecord) -> None: ...
+
+
 class Pipeline:
     def __init__(
         self,
@@ -36,16 +43,21 @@ class Pipeline:
         privacy: PrivacyOptions | None = None,
         max_connections: int = 16384,
         detectors: Iterable[Detector] | None = None,
+        observers: Iterable[SpanObserver] = (),
+        on_unrecognized=None,
     ) -> None:
         self.consumer = consumer
         self.resources = resources
         self.counters = counters
         self.privacy = privacy or PrivacyOptions()
+        self.observers = list(observers)
+        self.linker = Linker(counters)
         self.table = ConnectionTable(
             detectors if detectors is not None else all_detectors(),
             self._on_session_events,
             counters,
             max_connections=max_connections,
+            on_unrecognized=on_unrecognized,
         )
         #: Spans whose request started and has not completed: id(exchange) -> start.
         self._open: dict[int, SpanStart] = {}
@@ -66,8 +78,11 @@ class Pipeline:
                 table.open(event)
             elif kind is ConnClose:
                 table.close(event.conn_id, event.ts_ns)
+            elif kind is ConnPeer:
+                table.peer(event.conn_id, event.peer_sock_id)
             elif kind is ProcessExit:
                 table.close_process(event.pid, event.ts_ns)
+                self.linker.forget_process(event.pid)
                 self.resources.mark_exited(event.pid)
             elif kind is LostEvents:
                 self.counters.add("otelbpf.events.lost", event.count)
@@ -90,18 +105,23 @@ class Pipeline:
                 self._complete(conn, item.exchange)
 
     def _start(self, conn: Connection, event: DataEvent | None, exchange) -> None:
+        """The request's head is parsed: fix the span's identity and parent now."""
         direction = event.direction if event is not None else Direction.INGRESS
         kind = SpanKind.SERVER if direction == Direction.INGRESS else SpanKind.CLIENT
         tid = event.tid if event is not None else conn.pid
-        self._open[id(exchange)] = SpanStart(new_trace_id(), new_span_id(), b"", kind, conn.pid, tid)
+        ts = event.ts_ns if event is not None else exchange.start_ns
+        self._open[id(exchange)] = self.linker.start(conn, exchange.request.headers, kind, conn.pid, tid, ts)
 
     def _complete(self, conn: Connection, exchange) -> None:
         start = self._open.pop(id(exchange), None)
         if start is None:  # pragma: no cover - sessions always start before completing
             log.debug("exchange completed without a start on conn %s", conn.conn_id)
             return
+        self.linker.end(start)
         if exchange.end_reason != "complete":
             self.counters.add("otelbpf.exchanges.incomplete", label=exchange.end_reason)
         span = http_span(start, exchange, conn, self.privacy)
         self.counters.add("otelbpf.spans.created")
+        for observer in self.observers:
+            observer.record(span)
         self.consumer.on_end(span)

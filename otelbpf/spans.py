@@ -36,6 +36,8 @@ class SpanStart:
     pid: int
     tid: int
     trace_state: str = ""
+    #: Which rule chose the parent (otelbpf.association), "" for a plain root.
+    association: str = ""
 
 
 @dataclass(slots=True)
@@ -133,6 +135,8 @@ def http_span(start: SpanStart, exchange: HttpExchange, conn, privacy: PrivacyOp
     if request.body_size:
         attrs["http.request.body.size"] = request.body_size
     attrs["thread.id"] = start.tid
+    if start.association:
+        attrs["otelbpf.association"] = start.association
 
     status = StatusCode.UNSET
     message = ""

@@ -84,7 +84,6 @@ def test_200_keepalive_requests_give_200_server_and_200_client_spans(services, a
         assert attrs["network.peer.address"] == "127.0.0.1"
         assert attrs["network.protocol.version"] == "1.1"
         assert attrs["user_agent.original"].startswith("python-requests/")
-        assert s.span.parent_span_id == b""
         assert 20 <= duration_ms(s.span) < 2000, duration_ms(s.span)
     for s in client_spans:
         assert s.name == "GET"
@@ -94,6 +93,13 @@ def test_200_keepalive_requests_give_200_server_and_200_client_spans(services, a
         assert 20 <= duration_ms(s.span) < 2000
     # one connection: every client span has the same local port as peer of the server spans
     assert len({s.attributes["network.peer.port"] for s in server}) == 1
+    # both ends traced: each server span is the child of the client span of the same request
+    client_by_id = {c.span.span_id: c for c in client_spans}
+    for s in server:
+        parent = client_by_id[s.span.parent_span_id]
+        assert parent.span.trace_id == s.span.trace_id
+        assert parent.attributes["url.full"].endswith(s.attributes["url.path"])
+        assert s.attributes["otelbpf.association"] == "connection"
     stats = run.stats()
     assert stats["otelbpf.spans.created"] == 400
     assert stats.get("otelbpf.events.lost", 0) == 0

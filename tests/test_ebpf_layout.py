@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from otelbpf.events import ConnClose, ConnOpen, DataEvent, ProcessExit, RoleHint
+from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, ProcessExit, RoleHint
 from otelbpf.sources import ebpf_layout as layout
 from otelbpf.sources.ebpf import BPF_DIR
 from protocols.base import Direction
@@ -30,7 +30,8 @@ int main(void) {
     F(event_hdr, total_len); F(event_hdr, captured_len);
     F(conn_info, family); F(conn_info, local_port); F(conn_info, peer_port); F(conn_info, role);
     F(conn_info, protocol); F(conn_info, local_addr); F(conn_info, peer_addr); F(conn_info, comm);
-    printf("EV_DATA %d\nEV_CONN_OPEN %d\nEV_CONN_CLOSE %d\nEV_PROC_EXIT %d\n", EV_DATA, EV_CONN_OPEN, EV_CONN_CLOSE, EV_PROC_EXIT);
+    F(conn_info, sock_id); F(conn_info, peer_sock_id);
+    printf("EV_DATA %d\nEV_CONN_OPEN %d\nEV_CONN_CLOSE %d\nEV_PROC_EXIT %d\nEV_CONN_PEER %d\n", EV_DATA, EV_CONN_OPEN, EV_CONN_CLOSE, EV_PROC_EXIT, EV_CONN_PEER);
     printf("STAT_LOST %d\nSTAT_IO_MAP_FULL %d\nSTAT_NO_TUPLE %d\nSTAT_COUNT %d\n", STAT_LOST, STAT_IO_MAP_FULL, STAT_NO_TUPLE, STAT_COUNT);
     return 0;
 }
@@ -71,12 +72,12 @@ def test_header_matches_c(c_layout):
 
 def test_conn_info_matches_c(c_layout):
     assert c_layout["conn_info"] == (layout.CONN_INFO.size,)
-    fields = ["family", "local_port", "peer_port", "role", "protocol", "local_addr", "peer_addr", "comm"]
+    fields = ["family", "local_port", "peer_port", "role", "protocol", "local_addr", "peer_addr", "comm", "sock_id", "peer_sock_id"]
     assert [c_layout[f"conn_info.{f}"] for f in fields] == _offsets_of(layout.CONN_INFO.format)
 
 
 def test_constants_match_c(c_layout):
-    for name in ("EV_DATA", "EV_CONN_OPEN", "EV_CONN_CLOSE", "EV_PROC_EXIT", "STAT_LOST", "STAT_IO_MAP_FULL", "STAT_NO_TUPLE", "STAT_COUNT"):
+    for name in ("EV_DATA", "EV_CONN_OPEN", "EV_CONN_CLOSE", "EV_PROC_EXIT", "EV_CONN_PEER", "STAT_LOST", "STAT_IO_MAP_FULL", "STAT_NO_TUPLE", "STAT_COUNT"):
         assert c_layout[name] == (getattr(layout, name),), name
 
 
@@ -87,18 +88,23 @@ def _record(kind, payload=b"", direction=0, flags=0, total=None, conn_id=7, fd=5
 
 def test_decode_every_record_type():
     decoder = layout.RecordDecoder(clock_offset_ns=5)
-    info = layout.CONN_INFO.pack(2, 8080, 40000, 1, 6, bytes([127, 0, 0, 1]) + bytes(12), bytes([10, 0, 0, 2]) + bytes(12), b"python3\0".ljust(16, b"\0"))
+    info = layout.CONN_INFO.pack(
+        2, 8080, 40000, 1, 6, bytes([127, 0, 0, 1]) + bytes(12), bytes([10, 0, 0, 2]) + bytes(12), b"python3\0".ljust(16, b"\0"), 11, 22
+    )
     events = decoder.decode(
         [
             _record(layout.EV_CONN_OPEN, info),
             _record(layout.EV_DATA, b"GET / HTTP/1.1\r\n", direction=0, total=100),
+            _record(layout.EV_CONN_PEER, info),
             _record(layout.EV_CONN_CLOSE),
             _record(layout.EV_PROC_EXIT),
             b"short",
             _record(99),
         ]
     )
-    assert [type(e) for e in events] == [ConnOpen, DataEvent, ConnClose, ProcessExit]
+    assert [type(e) for e in events] == [ConnOpen, DataEvent, ConnPeer, ConnClose, ProcessExit]
+    assert (events[0].sock_id, events[0].peer_sock_id) == (11, 22)
+    assert events[2].peer_sock_id == 22
     opened, data = events[0], events[1]
     assert (opened.ts_ns, opened.pid, opened.tid, opened.fd, opened.conn_id) == (1_005, 100, 101, 5, 7)
     assert (opened.local_addr, opened.local_port, opened.peer_addr, opened.peer_port) == ("127.0.0.1", 8080, "10.0.0.2", 40000)

@@ -43,7 +43,7 @@ class CaptureConfig:
     trace_all: bool = False
     capture_bytes: int = 4096
     ring_buffer_mb: int = 16
-    capture_unix: bool = False
+    capture_unix: bool = True
 
     def validate(self) -> None:
         if not (self.pids or self.comms or self.trace_all):
@@ -102,6 +102,7 @@ class EbpfSource:
             f"-DCAPTURE_BYTES={self.config.capture_bytes}",
             f"-DRINGBUF_PAGES={pages}",
             f"-DCAPTURE_UNIX={int(self.config.capture_unix)}",
+            f"-DHAVE_SK_DATA_READY={int(Path('/sys/kernel/tracing/events/sock/sk_data_ready').is_dir())}",
             
             "-Wno-macro-redefined",
         ]
@@ -138,6 +139,19 @@ class EbpfSource:
 
     def trace_pid(self, pid: int, reason: int = TRACED_BY_PID) -> None:
         self._bpf["traced_tgids"][ctypes.c_uint(pid)] = ctypes.c_ubyte(reason)
+
+    def mute(self, pid: int, fd: int, conn_id: int) -> None:
+        """Stop copying a connection's payloads (it carries no protocol we know):
+        its later syscalls cost the kernel a map lookup and nothing else."""
+        table = self._bpf["conns"]
+        key = table.Key(pid, fd)
+        try:
+            value = table[key]
+        except KeyError:
+            return
+        if value.conn_id == conn_id:
+            value.muted = 1
+            table[key] = value
 
     # -- steady state ------------------------------------------------------
 

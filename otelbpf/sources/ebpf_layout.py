@@ -11,18 +11,19 @@ import socket
 import struct
 from typing import Iterable
 
-from otelbpf.events import ConnClose, ConnOpen, DataEvent, DataFlags, Event, ProcessExit, RoleHint
+from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, DataFlags, Event, ProcessExit, RoleHint
 from protocols.base import Direction
 
 # struct event_hdr
 HEADER = struct.Struct("<QQIIiBBHII")
 # struct conn_info
-CONN_INFO = struct.Struct("<HHHBB16s16s16s")
+CONN_INFO = struct.Struct("<HHHBB16s16s16sQQ")
 
 EV_DATA = 1
 EV_CONN_OPEN = 2
 EV_CONN_CLOSE = 3
 EV_PROC_EXIT = 4
+EV_CONN_PEER = 5
 
 STAT_LOST = 0
 STAT_IO_MAP_FULL = 1
@@ -71,6 +72,9 @@ class RecordDecoder:
                 )
             elif kind == EV_CONN_OPEN:
                 out.append(self._conn_open(raw, ts, tgid, tid, fd, conn_id))
+            elif kind == EV_CONN_PEER:
+                opened = self._conn_open(raw, ts, tgid, tid, fd, conn_id)
+                out.append(ConnPeer(ts, tgid, tid, fd, conn_id, opened.peer_sock_id))
             elif kind == EV_CONN_CLOSE:
                 out.append(ConnClose(ts, tgid, tid, fd, conn_id))
             elif kind == EV_PROC_EXIT:
@@ -83,7 +87,9 @@ class RecordDecoder:
         if len(raw) < HEADER.size + CONN_INFO.size:
             self.malformed += 1
             return ConnOpen(ts, tgid, tid, fd, conn_id)
-        family, lport, pport, role, _proto, laddr, paddr, comm = CONN_INFO.unpack_from(raw, HEADER.size)
+        family, lport, pport, role, _proto, laddr, paddr, comm, sock_id, peer_sock_id = CONN_INFO.unpack_from(
+            raw, HEADER.size
+        )
         return ConnOpen(
             ts_ns=ts,
             pid=tgid,
@@ -97,4 +103,6 @@ class RecordDecoder:
             peer_addr=format_address(family, paddr),
             role_hint=RoleHint(role) if role in (0, 1, 2) else RoleHint.UNKNOWN,
             comm=comm.split(b"\0", 1)[0].decode("utf-8", "replace"),
+            sock_id=sock_id,
+            peer_sock_id=peer_sock_id,
         )
