@@ -13,6 +13,7 @@ Private by default: query strings are not exported and no header values but
 from __future__ import annotations
 
 import re
+import socket
 from dataclasses import dataclass
 
 from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
@@ -97,6 +98,7 @@ def http_span(start: SpanStart, exchange: HttpExchange, conn, privacy: PrivacyOp
     if method == "_OTHER":
         attrs["http.request.method_original"] = request.method
     attrs["network.protocol.name"] = "http"
+    attrs["network.transport"] = "unix" if conn.family == socket.AF_UNIX else "tcp"
     attrs["network.protocol.version"] = request.version
     host_header = request.header("host") or ""
     if server:

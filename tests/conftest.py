@@ -60,9 +60,10 @@ def pytest_runtest_setup(item):
 class Service:
     """A process started by a test: prints "listening on PORT" when ready."""
 
-    def __init__(self, args: list[str], env: dict | None = None, python: str = sys.executable) -> None:
+    def __init__(self, args: list[str], env: dict | None = None, prefix: list[str] | None = None) -> None:
+        """``prefix`` runs the service under a wrapper that execs it (``ip netns exec NS``)."""
         self.proc = subprocess.Popen(
-            [python, *args],
+            [*(prefix or []), sys.executable, *args],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
