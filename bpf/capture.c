@@ -17,6 +17,8 @@
  * Compile-time parameters (-D): CAPTURE_BYTES (power of two),
  * RINGBUF_PAGES, MAX_IOV, CAPTURE_UNIX.
  */
+#include <uapi/linux/ptrace.h>
+
 #include "capture.h"
 
 #ifndef CAPTURE_BYTES
@@ -132,6 +134,9 @@ BPF_ARRAY(conn_seq, __u64, 1);
 BPF_PERCPU_ARRAY(scratch, struct data_record, 1);
 BPF_PERCPU_ARRAY(stats, __u64, STAT_COUNT);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+/* asyncio task tracking (uprobes on PyIter_Send in traced Pythons). */
+BPF_HASH(py_depth, __u32, __u32, 16384);
+BPF_HASH(py_current, __u32, __u64, 16384);
 
 static __always_inline void count_stat(int index)
 {
@@ -510,6 +515,9 @@ static __always_inline int on_io_exit(long ret, __u8 direction)
     rec->hdr.flags = flags;
     rec->hdr.total_len = total;
     rec->hdr.captured_len = captured;
+    __u32 tid = (__u32)id;
+    __u64 *task = py_current.lookup(&tid);
+    rec->hdr.task_id = task ? *task : 0;
     BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
     __u32 size = sizeof(struct event_hdr) + captured;
     if (events.ringbuf_output(rec, size, BPF_RB_NO_WAKEUP) != 0)
@@ -563,5 +571,45 @@ TRACEPOINT_PROBE(syscalls, sys_enter_close)
     if (known->conn_id)
         emit_close(tgid, (__u32)id, key.fd, known->conn_id);
     conns.delete(&key);
+    return 0;
+}
+
+/* ---- asyncio tasks: which coroutine a task step is running ----
+ *
+ * CPython's _asyncio runs every task step through the exported C function
+ * PyIter_Send(coro, ...) (Python >= 3.10). Nested awaits call it again from
+ * the interpreter, so only the outermost call on a thread is a task step:
+ * its coroutine is the task's, and any syscall until it returns is made on
+ * that task's behalf. Attached per traced Python process, by pid, so other
+ * processes never hit the breakpoint. The coroutine pointer is read from
+ * the first argument register: a user-space value, no struct layout.
+ */
+int py_send_enter(struct pt_regs *ctx)
+{
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    __u32 zero = 0;
+    __u32 *depth = py_depth.lookup_or_try_init(&tid, &zero);
+    if (!depth)
+        return 0;
+    if (*depth == 0) {
+        __u64 coro = PT_REGS_PARM1(ctx);
+        py_current.update(&tid, &coro);
+    }
+    *depth += 1;
+    return 0;
+}
+
+int py_send_return(struct pt_regs *ctx)
+{
+    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    __u32 *depth = py_depth.lookup(&tid);
+    if (!depth)
+        return 0;
+    if (*depth > 0)
+        *depth -= 1;
+    if (*depth == 0) {
+        py_current.delete(&tid);
+        py_depth.delete(&tid);
+    }
     return 0;
 }

@@ -31,7 +31,7 @@ enum role_hint {
     ROLE_CONNECTED = 2,
 };
 
-/* Every record starts with this header (40 bytes). */
+/* Every record starts with this header (48 bytes). */
 struct event_hdr {
     __u64 ts_ns;   /* CLOCK_MONOTONIC: read exit, write enter */
     __u64 conn_id; /* kernel-assigned, unique per connection sighting */
@@ -43,6 +43,9 @@ struct event_hdr {
     __u16 flags;    /* enum data_flags (EV_DATA) */
     __u32 total_len;    /* bytes the syscall moved (EV_DATA) */
     __u32 captured_len; /* bytes of payload following the header */
+    /* EV_DATA: the Python coroutine whose asyncio task step made the
+     * syscall (opaque, 0 when none): ties calls to the request a task serves. */
+    __u64 task_id;
 };
 
 /* EV_CONN_OPEN and EV_CONN_PEER: header + this (72 bytes) */

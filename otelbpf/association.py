@@ -1,8 +1,8 @@
-"""Linking spans into traces: who is whose parent, decided when a request starts.
+"""Linking spans into traces: who is whose parent.
 
-Every span's identity (trace ID, span ID, parent) is fixed at its request's
-start, so children seen before their parent ends can point at it. The rules,
-in order of precedence (README "How spans are linked"):
+A span's identity is fixed when its request starts, so children seen before
+their parent ends can point at it. The rules, in order of precedence
+(README "How spans are linked"):
 
 1. **Propagated context** (``propagated``): a W3C ``traceparent``, Jaeger
    ``uber-trace-id`` or B3 header in the request makes the span a child of the
@@ -11,51 +11,61 @@ in order of precedence (README "How spans are linked"):
    the other end of the same connection wrote this request as a CLIENT span:
    that span is the parent. Both ends are matched by their socket tuple (TCP,
    also across network namespaces on one host) or by socket identity (Unix).
-3. **Thread** (``thread``), CLIENT spans: the calling thread read exactly one
+3. **asyncio task** (``task``), CLIENT spans made inside an asyncio task step
+   (known from the PyIter_Send probes): the parent is the request whose
+   response that same task writes next, provided the request had started
+   before the call. Decided when that response is written; until then the
+   call's spans (and the spans linked under it) are held back.
+4. **Thread** (``thread``), CLIENT spans: the calling thread read exactly one
    request that is still being served: that request's SERVER span is the
    parent (thread-per-request servers, gunicorn sync workers, thread pools
    whose worker reads its own request).
-4. **Process** (``process``), CLIENT spans from a thread that serves no
+5. **Process** (``process``), CLIENT spans from a thread that serves no
    request itself (hand-off to a worker pool): when exactly one request is
    being served in the whole process, it is the parent. Threads seen calling
    out while no request was open are background threads and never linked
    this way.
 
-When the evidence names several candidates (an asyncio event loop serving
-many requests on one thread, several requests open during a hand-off), the
-span stays a root and ``otelbpf.association.ambiguous`` counts it: a wrong
-parent is worse than none. Spans carry ``otelbpf.association`` saying which
-rule linked them (or ``ambiguous``).
+When the evidence names several candidates, or a task's decision finds no
+response, the span stays a root and ``otelbpf.association.ambiguous`` counts
+it: a wrong parent is worse than none. Spans carry ``otelbpf.association``
+saying which rule linked them (or ``ambiguous``).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from otelbpf.model import SpanKind, new_span_id, new_trace_id
+from otelbpf.identity import SpanStart, TraceGroup
+from otelbpf.model import SpanKind, SpanRecord, new_span_id, new_trace_id
 from otelbpf.propagation import extract_parent
 from otelbpf.selfmetrics import Counters
-from otelbpf.spans import SpanStart
 
 PROPAGATED = "propagated"
 CONNECTION = "connection"
+TASK = "task"
 THREAD = "thread"
 PROCESS = "process"
 AMBIGUOUS = "ambiguous"
 
-#: Background-thread memory per process, and client starts awaiting their server end.
 MAX_BACKGROUND_THREADS = 4096
 MAX_PENDING_CLIENTS = 65536
+MAX_TASK_DECISIONS = 65536
+#: A task's call is given up on this long after it completed with no
+#: response written by its task (the handler normally answers right away).
+TASK_DECISION_TIMEOUT_NS = 10_000_000_000
 
 
 @dataclass(slots=True)
 class _ProcessState:
     #: Open SERVER spans by the thread that read their request.
-    by_thread: dict[int, list[SpanStart]]
-    open_count: int
+    by_thread: dict[int, list[SpanStart]] = field(default_factory=dict)
+    open_count: int = 0
     #: Threads that made calls while the process served nothing.
-    background: OrderedDict[int, None]
+    background: OrderedDict = field(default_factory=OrderedDict)
+    #: CLIENT spans made in asyncio tasks, waiting for their task's response.
+    task_calls: list[SpanStart] = field(default_factory=list)
 
 
 def pair_key(conn, kind: SpanKind) -> tuple | None:
@@ -84,19 +94,25 @@ class Linker:
         self._pending_count = 0
         #: id(SpanStart) -> pair key of a pending client (to withdraw it).
         self._client_keys: dict[int, tuple] = {}
+        self._task_decisions = 0
+        #: id(SpanStart) of undecided task calls -> when their exchange
+        #: completed (0 while it is still running).
+        self._task_call_done: dict[int, int] = {}
 
-    # -- starts ---------------------------------------------------------------
+    # -- starts -----------------------------------------------------------------
 
-    def start(self, conn, headers, kind: SpanKind, pid: int, tid: int, ts_ns: int) -> SpanStart:
+    def start(self, conn, headers, kind: SpanKind, pid: int, tid: int, ts_ns: int, task_id: int = 0) -> SpanStart:
         remote = extract_parent(headers)
         if remote is not None:
-            start = SpanStart(remote.trace_id, new_span_id(), remote.span_id, kind, pid, tid, remote.trace_state, PROPAGATED)
+            start = SpanStart(TraceGroup(remote.trace_id, remote.trace_state), new_span_id(), remote.span_id, kind, pid, tid, PROPAGATED)
             if kind == SpanKind.SERVER:
                 self._claim_client(conn)  # consume the pair so it cannot match a later request
         elif kind == SpanKind.SERVER:
             start = self._server_start(conn, pid, tid)
         else:
-            start = self._client_start(pid, tid)
+            start = self._client_start(pid, tid, task_id)
+        start.start_ns = ts_ns
+        start.task_id = task_id
         if kind == SpanKind.SERVER:
             self._open_window(start)
         else:
@@ -106,18 +122,30 @@ class Linker:
     def _server_start(self, conn, pid: int, tid: int) -> SpanStart:
         client = self._claim_client(conn)
         if client is not None:
-            return SpanStart(client.trace_id, new_span_id(), client.span_id, SpanKind.SERVER, pid, tid, client.trace_state, CONNECTION)
-        return SpanStart(new_trace_id(), new_span_id(), b"", SpanKind.SERVER, pid, tid)
+            return SpanStart(client.group, new_span_id(), client.span_id, SpanKind.SERVER, pid, tid, CONNECTION)
+        return SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", SpanKind.SERVER, pid, tid)
 
-    def _client_start(self, pid: int, tid: int) -> SpanStart:
+    def _client_start(self, pid: int, tid: int, task_id: int) -> SpanStart:
+        if task_id and self._task_decisions < MAX_TASK_DECISIONS:
+            return self._task_call(pid, tid)
         parent, how = self._in_process_parent(pid, tid)
-        if parent is None:
-            start = SpanStart(new_trace_id(), new_span_id(), b"", SpanKind.CLIENT, pid, tid)
-            if how == AMBIGUOUS:
-                start.association = AMBIGUOUS
-                self.counters.add("otelbpf.association.ambiguous")
-            return start
-        return SpanStart(parent.trace_id, new_span_id(), parent.span_id, SpanKind.CLIENT, pid, tid, parent.trace_state, how)
+        if parent is not None:
+            return SpanStart(parent.group, new_span_id(), parent.span_id, SpanKind.CLIENT, pid, tid, how)
+        start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", SpanKind.CLIENT, pid, tid)
+        if how == AMBIGUOUS:
+            start.association = AMBIGUOUS
+            self.counters.add("otelbpf.association.ambiguous")
+        return start
+
+    def _task_call(self, pid: int, tid: int) -> SpanStart:
+        """A call from an asyncio task: its parent is decided when the task answers."""
+        group = TraceGroup(new_trace_id())
+        group.pending = 1
+        start = SpanStart(group, new_span_id(), b"", SpanKind.CLIENT, pid, tid)
+        self._state(pid).task_calls.append(start)
+        self._task_call_done[id(start)] = 0
+        self._task_decisions += 1
+        return start
 
     def _in_process_parent(self, pid: int, tid: int) -> tuple[SpanStart | None, str]:
         state = self._processes.get(pid)
@@ -148,7 +176,7 @@ class Linker:
     def _state(self, pid: int) -> _ProcessState:
         state = self._processes.get(pid)
         if state is None:
-            state = self._processes[pid] = _ProcessState({}, 0, OrderedDict())
+            state = self._processes[pid] = _ProcessState()
         return state
 
     def _open_window(self, start: SpanStart) -> None:
@@ -186,26 +214,93 @@ class Linker:
 
     # -- ends -----------------------------------------------------------------
 
-    def end(self, start: SpanStart) -> None:
-        """The exchange completed: close its window / withdraw its pending pair."""
+    def end(self, start: SpanStart, ts_ns: int, task_id: int = 0) -> list[TraceGroup]:
+        """The exchange completed at ``ts_ns`` (its last bytes written from
+        ``task_id``). Returns groups whose pending decisions are now all made."""
         if start.kind == SpanKind.SERVER:
-            state = self._processes.get(start.pid)
-            if state is None:
-                return
-            windows = state.by_thread.get(start.tid)
-            if windows and _remove_identical(windows, start):
-                state.open_count -= 1
-                if not windows:
-                    del state.by_thread[start.tid]
-            return
+            settled = self._answer_task_calls(start, ts_ns, task_id) if task_id else []
+            self._close_window(start)
+            return settled
         key = self._client_keys.get(id(start))
         if key is not None:
             queue = self._pending_clients[key]
             _remove_identical(queue, start)
             self._forget_client(start, key, queue)
+        if id(start) in self._task_call_done:
+            self._task_call_done[id(start)] = ts_ns
+        return []
 
-    def forget_process(self, pid: int) -> None:
-        self._processes.pop(pid, None)
+    def _close_window(self, start: SpanStart) -> None:
+        state = self._processes.get(start.pid)
+        if state is None:
+            return
+        windows = state.by_thread.get(start.tid)
+        if windows and _remove_identical(windows, start):
+            state.open_count -= 1
+            if not windows:
+                del state.by_thread[start.tid]
+
+    def _answer_task_calls(self, server: SpanStart, ts_ns: int, task_id: int) -> list[TraceGroup]:
+        """The task ``task_id`` answered ``server``'s request: its calls made
+        since that request started belong to it."""
+        state = self._processes.get(server.pid)
+        if state is None or not state.task_calls:
+            return []
+        settled = []
+        keep = []
+        for call in state.task_calls:
+            if call.task_id == task_id and server.start_ns <= call.start_ns <= ts_ns:
+                settled.extend(self._decide(call, server))
+            else:
+                keep.append(call)
+        state.task_calls = keep
+        return settled
+
+    def _decide(self, call: SpanStart, parent: SpanStart | None) -> list[TraceGroup]:
+        """Make a task call's pending decision: link it under ``parent`` or leave it a root."""
+        self._task_decisions -= 1
+        self._task_call_done.pop(id(call), None)
+        if parent is not None:
+            call.parent_span_id = parent.span_id
+            call.association = TASK
+            root = call.group.merge_into(parent.group)
+        else:
+            call.association = AMBIGUOUS
+            self.counters.add("otelbpf.association.ambiguous")
+            root = call.group.root()
+        if call.span is not None:  # already finished and held: amend it
+            call.span.parent_span_id = call.parent_span_id
+            call.span.attributes["otelbpf.association"] = call.association
+        root.pending -= 1
+        return [root] if root.pending == 0 else []
+
+    def expire(self, now_ns: int, everything: bool = False) -> list[TraceGroup]:
+        """Give up on task calls that finished long ago with no answer from
+        their task (or all of them: process gone, agent stopping)."""
+        settled: list[TraceGroup] = []
+        if not self._task_decisions:
+            return settled
+        for state in self._processes.values():
+            if not state.task_calls:
+                continue
+            keep = []
+            for call in state.task_calls:
+                done = self._task_call_done.get(id(call), 0)
+                if everything or (done and now_ns - done > TASK_DECISION_TIMEOUT_NS):
+                    settled.extend(self._decide(call, None))
+                else:
+                    keep.append(call)
+            state.task_calls = keep
+        return settled
+
+    def forget_process(self, pid: int) -> list[TraceGroup]:
+        state = self._processes.pop(pid, None)
+        if state is None:
+            return []
+        settled = []
+        for call in state.task_calls:
+            settled.extend(self._decide(call, None))
+        return settled
 
     @property
     def open_windows(self) -> int:
@@ -214,6 +309,32 @@ class Linker:
     @property
     def pending_clients(self) -> int:
         return self._pending_count
+
+    @property
+    def pending_task_calls(self) -> int:
+        return self._task_decisions
+
+
+def hold_or_release(span: SpanRecord, start: SpanStart) -> list[SpanRecord]:
+    """The spans that can leave now: ``span`` itself unless its trace waits
+    for a decision, in which case it is held with its group."""
+    start.span = span
+    root = start.group.root()
+    if root.pending:
+        root.held.append(span)
+        return []
+    return [span]
+
+
+def release(group: TraceGroup) -> list[SpanRecord]:
+    """A group's decisions are all made: its held spans leave, in its final trace."""
+    root = group.root()
+    held, root.held = root.held, []
+    trace_id, trace_state = root.trace_id, root.trace_state
+    for span in held:
+        span.trace_id = trace_id
+        span.trace_state = trace_state
+    return held
 
 
 def _remove_identical(items, target) -> bool:

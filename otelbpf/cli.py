@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
     run.add_argument("--max-connections", type=_positive_int, default=16384, help="connection table bound (default 16384)")
     run.add_argument("--no-unix-sockets", action="store_true", help="trace TCP only, not Unix domain sockets")
+    run.add_argument(
+        "--no-python-tasks",
+        action="store_true",
+        help="do not probe CPython asyncio task steps (used to link calls made by asyncio servers)",
+    )
     run.add_argument("--stats-interval", type=_positive_float, metavar="SECONDS", help="log the self-metrics this often")
     _add_output_options(run)
 
@@ -179,6 +184,7 @@ def cmd_run(args) -> int:
         capture_bytes=args.capture_bytes,
         ring_buffer_mb=args.ring_buffer_mb,
         capture_unix=not args.no_unix_sockets,
+        python_tasks=not args.no_python_tasks,
     )
     try:
         config.validate()
@@ -204,6 +210,8 @@ def cmd_run(args) -> int:
         PrivacyOptions(include_query=args.include_query_strings),
         max_connections=args.max_connections,
         on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id),
+        on_new_process=source.watch_process,
+        on_process_exit=source.forget_process,
     )
     agent = Agent(source, pipeline, processor, counters, stats_interval_s=args.stats_interval)
     agent.install_signal_handlers()

@@ -76,7 +76,12 @@ def run_demo(args) -> int:
     processor = BatchSpanProcessor(sinks, resources, counters)
     source = EbpfSource(CaptureConfig(pids=[backend.pid, gateway.pid], comms=["curl"]))
     pipeline = Pipeline(
-        processor, resources, counters, on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id)
+        processor,
+        resources,
+        counters,
+        on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id),
+        on_new_process=source.watch_process,
+        on_process_exit=source.forget_process,
     )
     agent = Agent(source, pipeline, processor, counters)
     try:

@@ -66,6 +66,8 @@ class DataEvent:
     total_len: int
     data: bytes
     flags: DataFlags = DataFlags.NONE
+    #: The asyncio task (its coroutine, opaque) whose step made the syscall; 0 if none.
+    task_id: int = 0
 
     @property
     def missing(self) -> int:

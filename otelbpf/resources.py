@@ -127,11 +127,12 @@ class ProcessResources(ResourceLookup):
         self._exited: set[int] = set()
         self._lock = threading.Lock()
 
-    def observe(self, pid: int, comm_hint: str = "") -> None:
+    def observe(self, pid: int, comm_hint: str = "") -> bool:
         """Read the process's attributes now, while it is alive (again if the
-        pid was seen exiting: it now belongs to a new process)."""
+        pid was seen exiting: it now belongs to a new process). True when the
+        process is new to us."""
         if pid in self._known and pid not in self._exited:
-            return
+            return False
         self._exited.discard(pid)
         attrs = dict(self._base)
         attrs.update(self._describe(pid, comm_hint))
@@ -139,6 +140,7 @@ class ProcessResources(ResourceLookup):
             if len(self._known) >= self._max:
                 self._known.pop(next(iter(self._known)))
             self._known[pid] = attrs
+        return True
 
     def mark_exited(self, pid: int) -> None:
         """The process exited. Its attributes stay for spans still queued;

@@ -2,9 +2,9 @@
 HTTP semantic conventions.
 
 The span's identity (trace ID, span ID, parent) is fixed when the request
-starts (:class:`SpanStart`), before the exchange completes, so that work done
-while serving it can point at it. :func:`http_span` fills in the rest when
-the exchange completes.
+starts (otelbpf.identity.SpanStart), before the exchange completes, so that
+work done while serving it can point at it. :func:`http_span` fills in the
+rest when the exchange completes.
 
 Private by default: query strings are not exported and no header values but
 ``User-Agent`` and ``Host`` are read, unless the user opts in.
@@ -16,6 +16,7 @@ import re
 import socket
 from dataclasses import dataclass
 
+from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
 from protocols.http1.types import HttpExchange
 
@@ -24,21 +25,6 @@ KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "O
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 _HEX_ID = re.compile(r"^(?=.*\d)[0-9a-fA-F]{12,}$")
 _TOKEN_ID = re.compile(r"^(?=.*\d)(?=.*[A-Za-z])[A-Za-z0-9_-]{24,}$")
-
-
-@dataclass(slots=True)
-class SpanStart:
-    """Identity and placement of a span, fixed when its request starts."""
-
-    trace_id: bytes
-    span_id: bytes
-    parent_span_id: bytes
-    kind: SpanKind
-    pid: int
-    tid: int
-    trace_state: str = ""
-    #: Which rule chose the parent (otelbpf.association), "" for a plain root.
-    association: str = ""
 
 
 @dataclass(slots=True)

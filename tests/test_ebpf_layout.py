@@ -27,7 +27,7 @@ int main(void) {
     printf("conn_info %zu\n", sizeof(struct conn_info));
     F(event_hdr, ts_ns); F(event_hdr, conn_id); F(event_hdr, tgid); F(event_hdr, tid);
     F(event_hdr, fd); F(event_hdr, type); F(event_hdr, direction); F(event_hdr, flags);
-    F(event_hdr, total_len); F(event_hdr, captured_len);
+    F(event_hdr, total_len); F(event_hdr, captured_len); F(event_hdr, task_id);
     F(conn_info, family); F(conn_info, local_port); F(conn_info, peer_port); F(conn_info, role);
     F(conn_info, protocol); F(conn_info, local_addr); F(conn_info, peer_addr); F(conn_info, comm);
     F(conn_info, sock_id); F(conn_info, peer_sock_id);
@@ -66,7 +66,7 @@ def c_layout(tmp_path_factory):
 
 def test_header_matches_c(c_layout):
     assert c_layout["event_hdr"] == (layout.HEADER.size,)
-    fields = ["ts_ns", "conn_id", "tgid", "tid", "fd", "type", "direction", "flags", "total_len", "captured_len"]
+    fields = ["ts_ns", "conn_id", "tgid", "tid", "fd", "type", "direction", "flags", "total_len", "captured_len", "task_id"]
     assert [c_layout[f"event_hdr.{f}"] for f in fields] == _offsets_of(layout.HEADER.format)
 
 
@@ -82,7 +82,9 @@ def test_constants_match_c(c_layout):
 
 
 def _record(kind, payload=b"", direction=0, flags=0, total=None, conn_id=7, fd=5):
-    header = layout.HEADER.pack(1_000, conn_id, 100, 101, fd, kind, direction, flags, total if total is not None else len(payload), len(payload))
+    header = layout.HEADER.pack(
+        1_000, conn_id, 100, 101, fd, kind, direction, flags, total if total is not None else len(payload), len(payload), 77
+    )
     return header + payload
 
 
@@ -111,6 +113,7 @@ def test_decode_every_record_type():
     assert opened.role_hint == RoleHint.ACCEPTED and opened.comm == "python3"
     assert data.direction == Direction.INGRESS and data.data == b"GET / HTTP/1.1\r\n"
     assert data.total_len == 100 and data.missing == 100 - 16
+    assert data.task_id == 77
     assert decoder.malformed == 2
 
 

@@ -44,6 +44,8 @@ class CaptureConfig:
     capture_bytes: int = 4096
     ring_buffer_mb: int = 16
     capture_unix: bool = True
+    #: Probe CPython's asyncio task steps in traced Python processes.
+    python_tasks: bool = True
 
     def validate(self) -> None:
         if not (self.pids or self.comms or self.trace_all):
@@ -84,6 +86,10 @@ class EbpfSource:
         self._raw: list[bytes] = []
         self._last_clock_sync = time.monotonic()
         self._callback = None
+        #: pid -> file path the asyncio task probes are attached to.
+        self._python_probes: dict[int, str] = {}
+        #: Processes traced from the start (--pid, --comm): probed eagerly.
+        self._initial_pids: list[int] = []
 
     # -- start-up ---------------------------------------------------------
 
@@ -113,6 +119,9 @@ class EbpfSource:
         self._configure_filter()
         self._callback = self._bpf["events"].open_ring_buffer(self._on_record)
         self.probe_count = self._bpf.num_open_tracepoints()
+        for pid in self._initial_pids:
+            # attach the asyncio probes before the first request, not at first sight
+            self.watch_process(pid)
         return self.probe_count
 
     def _configure_filter(self) -> None:
@@ -132,13 +141,49 @@ class EbpfSource:
                 raise CaptureError(f"--pid {pid}: no such process")
             for member in procfs.descendants(pid):
                 self.trace_pid(member, TRACED_BY_PID)
+                self._initial_pids.append(member)
         if self.config.comms:
             for pid in procfs.pids_with_comm(self.config.comms):
                 if pid != os.getpid():
                     self.trace_pid(pid, TRACED_BY_COMM)
+                    self._initial_pids.append(pid)
 
     def trace_pid(self, pid: int, reason: int = TRACED_BY_PID) -> None:
         self._bpf["traced_tgids"][ctypes.c_uint(pid)] = ctypes.c_ubyte(reason)
+
+    def watch_process(self, pid: int) -> bool:
+        """A traced process was seen for the first time: if it is CPython
+        >= 3.10, attach the asyncio task probes to it (by pid)."""
+        if not self.config.python_tasks or pid in self._python_probes or self._bpf is None:
+            return False
+        from otelbpf.sources.python_tasks import SYMBOL, python_with_tasks
+
+        path = python_with_tasks(pid)
+        if path is None:
+            return False
+        try:
+            self._bpf.attach_uprobe(name=path, sym=SYMBOL, fn_name="py_send_enter", pid=pid)
+            self._bpf.attach_uretprobe(name=path, sym=SYMBOL, fn_name="py_send_return", pid=pid)
+        except Exception as exc:  # the process may be gone already
+            log.debug("asyncio task probes not attached to pid %d: %s", pid, exc)
+            self._detach_python(pid, path)
+            return False
+        self._python_probes[pid] = path
+        return True
+
+    def forget_process(self, pid: int) -> None:
+        path = self._python_probes.pop(pid, None)
+        if path is not None:
+            self._detach_python(pid, path)
+
+    def _detach_python(self, pid: int, path: str) -> None:
+        from otelbpf.sources.python_tasks import SYMBOL
+
+        for detach in (self._bpf.detach_uprobe, self._bpf.detach_uretprobe):
+            try:
+                detach(name=path, sym=SYMBOL, pid=pid)
+            except Exception:  # noqa: BLE001 - not attached, or already gone with the process
+                pass
 
     def mute(self, pid: int, fd: int, conn_id: int) -> None:
         """Stop copying a connection's payloads (it carries no protocol we know):
@@ -185,6 +230,8 @@ class EbpfSource:
         }
 
     def close(self) -> None:
+        for pid in list(self._python_probes):
+            self.forget_process(pid)
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None

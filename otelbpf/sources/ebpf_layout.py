@@ -15,7 +15,7 @@ from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, DataFlags, 
 from protocols.base import Direction
 
 # struct event_hdr
-HEADER = struct.Struct("<QQIIiBBHII")
+HEADER = struct.Struct("<QQIIiBBHIIQ")
 # struct conn_info
 CONN_INFO = struct.Struct("<HHHBB16s16s16sQQ")
 
@@ -63,12 +63,14 @@ class RecordDecoder:
             if len(raw) < header_size:
                 self.malformed += 1
                 continue
-            ts, conn_id, tgid, tid, fd, kind, direction, flags, total, captured = unpack_header(raw)
+            ts, conn_id, tgid, tid, fd, kind, direction, flags, total, captured, task_id = unpack_header(raw)
             ts += offset
             if kind == EV_DATA:
                 data = raw[header_size : header_size + captured]
                 out.append(
-                    DataEvent(ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, DataFlags(flags))
+                    DataEvent(
+                        ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, DataFlags(flags), task_id
+                    )
                 )
             elif kind == EV_CONN_OPEN:
                 out.append(self._conn_open(raw, ts, tgid, tid, fd, conn_id))

@@ -1,0 +1,85 @@
+"""A span's identity, fixed when its request starts, and the trace it belongs to.
+
+Most parents are known at a request's start. One is not: an asyncio task's
+backend call, whose request is known only when the task writes a response.
+So a span does not hold its trace ID directly but a :class:`TraceGroup`,
+shared by every span known to be in the same trace. When a deferred decision
+links a call to its request, the call's group merges into the request's
+(union-find), and the call's whole subtree, including spans in other
+processes linked to it meanwhile, moves into that trace. Spans of a group
+with decisions pending are held back, then exported with the final trace ID.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from otelbpf.model import SpanKind, SpanRecord
+
+
+class TraceGroup:
+    __slots__ = ("_trace_id", "_trace_state", "_parent", "pending", "held")
+
+    def __init__(self, trace_id: bytes, trace_state: str = "") -> None:
+        self._trace_id = trace_id
+        self._trace_state = trace_state
+        self._parent: TraceGroup | None = None
+        #: Parent decisions still open for spans of this group (on the root).
+        self.pending = 0
+        #: Finished spans waiting for those decisions (on the root).
+        self.held: list[SpanRecord] = []
+
+    def root(self) -> "TraceGroup":
+        group = self
+        while group._parent is not None:
+            if group._parent._parent is not None:
+                group._parent = group._parent._parent  # path halving
+            group = group._parent
+        return group
+
+    @property
+    def trace_id(self) -> bytes:
+        return self.root()._trace_id
+
+    @property
+    def trace_state(self) -> str:
+        return self.root()._trace_state
+
+    def merge_into(self, other: "TraceGroup") -> "TraceGroup":
+        """This group's spans join ``other``'s trace. Returns the common root."""
+        mine, theirs = self.root(), other.root()
+        if mine is theirs:
+            return theirs
+        mine._parent = theirs
+        theirs.pending += mine.pending
+        theirs.held.extend(mine.held)
+        mine.pending = 0
+        mine.held = []
+        return theirs
+
+
+@dataclass(slots=True)
+class SpanStart:
+    """Identity and placement of a span, fixed when its request starts."""
+
+    group: TraceGroup
+    span_id: bytes
+    parent_span_id: bytes
+    kind: SpanKind
+    pid: int
+    tid: int
+    #: Which rule chose the parent (otelbpf.association), "" for a plain root.
+    association: str = ""
+    #: asyncio task (coroutine) that started the request, 0 if none.
+    task_id: int = 0
+    start_ns: int = 0
+    #: The finished span, once built (a deferred decision may still amend it).
+    span: SpanRecord | None = field(default=None, repr=False)
+
+    @property
+    def trace_id(self) -> bytes:
+        return self.group.trace_id
+
+    @property
+    def trace_state(self) -> str:
+        return self.group.trace_state
