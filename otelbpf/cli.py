@@ -44,6 +44,13 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     out.add_argument("--json-file", metavar="PATH", help="write OTLP JSON, one ExportTraceServiceRequest per line")
     out.add_argument("--console", action="store_true", help="print a readable tree per trace")
     out.add_argument(
+        "--metrics-interval",
+        type=_positive_float,
+        metavar="SECONDS",
+        help="export OTLP metrics this often (default OTEL_METRIC_EXPORT_INTERVAL, else 60)",
+    )
+    out.add_argument("--metrics-json-file", metavar="PATH", help="also write the metrics as OTLP JSON lines here")
+    out.add_argument(
         "--include-query-strings",
         action="store_true",
         help="export URL query strings (off by default: they often carry tokens and personal data)",
@@ -91,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--json-file", default="otelbpf-demo.json", metavar="PATH", help="OTLP JSON output")
     demo.add_argument("--otlp-endpoint", metavar="URL", help="also send OTLP here")
     demo.add_argument("--otlp-protocol", choices=PROTOCOLS)
+    demo.add_argument("--metrics-json-file", metavar="PATH", help="also write the metrics as OTLP JSON lines here")
     return parser
 
 
@@ -156,7 +164,7 @@ def build_sinks(args, default_to_console: bool = True):
     from otelbpf.export import ConsoleSink, JsonFileSink, make_otlp_sink
 
     sinks = []
-    if getattr(args, "otlp_endpoint", None) or getattr(args, "otlp_protocol", None) or otlp_configured_by_env():
+    if wants_otlp(args):
         sinks.append(make_otlp_sink(args.otlp_endpoint, args.otlp_protocol))
     if getattr(args, "json_file", None):
         sinks.append(JsonFileSink(args.json_file))
@@ -168,9 +176,44 @@ def build_sinks(args, default_to_console: bool = True):
     return sinks
 
 
+def wants_otlp(args) -> bool:
+    return bool(getattr(args, "otlp_endpoint", None) or getattr(args, "otlp_protocol", None) or otlp_configured_by_env())
+
+
+def build_metric_sinks(args):
+    """OTLP metrics go wherever OTLP traces go (unless OTEL_METRICS_EXPORTER=none);
+    --metrics-json-file adds a file."""
+    from otelbpf.metrics import MetricsJsonFileSink, make_otlp_metric_sink
+
+    sinks = []
+    metrics_off = os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "none"
+    if wants_otlp(args) and not metrics_off:
+        sinks.append(make_otlp_metric_sink(args.otlp_endpoint, args.otlp_protocol))
+    if getattr(args, "metrics_json_file", None):
+        sinks.append(MetricsJsonFileSink(args.metrics_json_file))
+    return sinks
+
+
+def build_consumer(args, resources, counters, default_to_console: bool = True):
+    """Everything a finished span goes to: the batch span processor, and the
+    HTTP metrics with their exporter when metrics have somewhere to go.
+    Raises ValueError/OSError for bad output options."""
+    from otelbpf.export import BatchSpanProcessor
+    from otelbpf.metrics import HttpMetrics, MeteredProcessor, MetricsExporter, agent_resource_attributes
+
+    processor = BatchSpanProcessor(build_sinks(args, default_to_console), resources, counters)
+    metric_sinks = build_metric_sinks(args)
+    if not metric_sinks:
+        return processor, None
+    http_metrics = HttpMetrics(resources)
+    exporter = MetricsExporter(
+        http_metrics, counters, agent_resource_attributes(), metric_sinks, interval_s=getattr(args, "metrics_interval", None)
+    )
+    return MeteredProcessor(processor, http_metrics, exporter), exporter
+
+
 def cmd_run(args) -> int:
     from otelbpf.agent import Agent
-    from otelbpf.export import BatchSpanProcessor
     from otelbpf.pipeline import Pipeline
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
@@ -193,18 +236,17 @@ def cmd_run(args) -> int:
         return 2
     if not preflight():
         return 1
+    counters = Counters()
+    resources = ProcessResources()
     try:
-        sinks = build_sinks(args)
+        consumer, metrics = build_consumer(args, resources, counters)
     except (ValueError, OSError) as exc:
         print(f"otelbpf: output: {exc}", file=sys.stderr)
         return 2
 
-    counters = Counters()
-    resources = ProcessResources()
-    processor = BatchSpanProcessor(sinks, resources, counters)
     source = EbpfSource(config)
     pipeline = Pipeline(
-        processor,
+        consumer,
         resources,
         counters,
         PrivacyOptions(include_query=args.include_query_strings),
@@ -213,14 +255,16 @@ def cmd_run(args) -> int:
         on_new_process=source.watch_process,
         on_process_exit=source.forget_process,
     )
-    agent = Agent(source, pipeline, processor, counters, stats_interval_s=args.stats_interval)
+    if metrics is not None:
+        metrics.add_gauge("otelbpf.connections.open", lambda: len(pipeline.table))
+    agent = Agent(source, pipeline, consumer, counters, stats_interval_s=args.stats_interval)
     agent.install_signal_handlers()
     started = time.monotonic()
     try:
         probes = source.start()
     except CaptureError as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
-        processor.shutdown(1.0)
+        consumer.shutdown(1.0)
         return 1
     log.info("otelbpf: tracing, %d probes attached (%.1fs)", probes, time.monotonic() - started)
     try:
@@ -232,23 +276,21 @@ def cmd_run(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from otelbpf.export import BatchSpanProcessor
     from otelbpf.pipeline import Pipeline
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.pcap import PcapError, PcapSource
     from otelbpf.spans import PrivacyOptions
 
+    counters = Counters()
     try:
-        sinks = build_sinks(args)
         source = PcapSource(args.pcap, perspective=args.perspective)
+        resources = ProcessResources(describe=lambda pid, _comm: replay_attributes(source, pid))
+        consumer, _metrics = build_consumer(args, resources, counters)
     except (ValueError, OSError, PcapError) as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
         return 2
-    counters = Counters()
-    resources = ProcessResources(describe=lambda pid, _comm: replay_attributes(source, pid))
-    processor = BatchSpanProcessor(sinks, resources, counters)
-    pipeline = Pipeline(processor, resources, counters, PrivacyOptions(include_query=args.include_query_strings))
+    pipeline = Pipeline(consumer, resources, counters, PrivacyOptions(include_query=args.include_query_strings))
     batch = []
     try:
         for event in source.events():
@@ -260,7 +302,7 @@ def cmd_replay(args) -> int:
         print(f"otelbpf: {exc}", file=sys.stderr)
     pipeline.handle(batch)
     pipeline.finish()
-    processor.shutdown(10.0)
+    consumer.shutdown(10.0)
     stats = counters.as_dict()
     stats.update({f"pcap.{k}": v for k, v in source.stats.items()})
     log.info("otelbpf: stats %s", json.dumps(stats))

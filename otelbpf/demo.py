@@ -16,7 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from otelbpf.cli import build_sinks, preflight
+from otelbpf.cli import build_consumer, preflight
 
 log = logging.getLogger("otelbpf")
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -56,7 +56,6 @@ def drive_traffic(port: int, count: int) -> dict[str, int]:
 
 def run_demo(args) -> int:
     from otelbpf.agent import Agent
-    from otelbpf.export import BatchSpanProcessor, ConsoleSink
     from otelbpf.pipeline import Pipeline
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
@@ -64,8 +63,8 @@ def run_demo(args) -> int:
 
     if not preflight():
         return 1
-    args.console = False
-    sinks = [ConsoleSink(), *build_sinks(args, default_to_console=False)]
+    args.console = True
+    args.metrics_interval = None
     backend, backend_port = start_service([str(EXAMPLES / "http_backend.py"), "--port", "0"])
     gateway, gateway_port = start_service(
         [str(EXAMPLES / "http_gateway.py"), "--port", "0", "--backend", f"127.0.0.1:{backend_port}"]
@@ -73,17 +72,17 @@ def run_demo(args) -> int:
     print(f"demo: backend pid {backend.pid} on :{backend_port}, gateway pid {gateway.pid} on :{gateway_port}")
     counters = Counters()
     resources = ProcessResources()
-    processor = BatchSpanProcessor(sinks, resources, counters)
+    consumer, _metrics = build_consumer(args, resources, counters)
     source = EbpfSource(CaptureConfig(pids=[backend.pid, gateway.pid], comms=["curl"]))
     pipeline = Pipeline(
-        processor,
+        consumer,
         resources,
         counters,
         on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id),
         on_new_process=source.watch_process,
         on_process_exit=source.forget_process,
     )
-    agent = Agent(source, pipeline, processor, counters)
+    agent = Agent(source, pipeline, consumer, counters)
     try:
         try:
             probes = source.start()

@@ -29,12 +29,6 @@ class SpanConsumer(Protocol):
     def on_end(self, span: SpanRecord) -> None: ...
 
 
-class SpanObserver(Protocol):
-    """Sees every finished span (e.g. the HTTP metrics)."""
-
-    def record(self, span: SpanRecord) -> None: ...
-
-
 class Pipeline:
     def __init__(
         self,
@@ -44,7 +38,6 @@ class Pipeline:
         privacy: PrivacyOptions | None = None,
         max_connections: int = 16384,
         detectors: Iterable[Detector] | None = None,
-        observers: Iterable[SpanObserver] = (),
         on_unrecognized=None,
         on_new_process=None,
         on_process_exit=None,
@@ -53,7 +46,6 @@ class Pipeline:
         self.resources = resources
         self.counters = counters
         self.privacy = privacy or PrivacyOptions()
-        self.observers = list(observers)
         #: Told when a traced process is first seen / has exited (the eBPF
         #: source attaches / detaches per-process probes).
         self.on_new_process = on_new_process
@@ -138,8 +130,6 @@ class Pipeline:
             self.counters.add("otelbpf.exchanges.incomplete", label=exchange.end_reason)
         span = http_span(start, exchange, conn, self.privacy)
         self.counters.add("otelbpf.spans.created")
-        for observer in self.observers:
-            observer.record(span)
         self._emit(hold_or_release(span, start))
         self._release(settled)
 

@@ -86,3 +86,57 @@ def test_collector_that_never_comes_up_does_not_hang_the_agent(services, agent):
     assert run.stop() == 0
     assert time.monotonic() - started < 30  # flush timeout + probe detach, never a hang
     assert run.stats()["otelbpf.export.dropped{otlp}"] == 4  # the loss is counted, not silent
+
+
+def _histogram_points(requests, metric_name: str, pid: int):
+    points = []
+    for request in requests:
+        for resource_metrics in request.resource_metrics:
+            attrs = {kv.key: kv.value for kv in resource_metrics.resource.attributes}
+            if attrs.get("process.pid") is None or attrs["process.pid"].int_value != pid:
+                continue
+            for scope in resource_metrics.scope_metrics:
+                points += [(request, p) for m in scope.metrics if m.name == metric_name for p in m.histogram.data_points]
+    return points
+
+
+def _sum_value(request, metric_name: str) -> int:
+    total = 0
+    for resource_metrics in request.resource_metrics:
+        for scope in resource_metrics.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == metric_name:
+                    total += sum(p.as_int for p in metric.sum.data_points)
+    return total
+
+
+def test_http_duration_metrics_count_every_request(services, agent):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])
+    gateway = services([str(EXAMPLES / "http_gateway.py"), "--port", "0", "--backend", f"127.0.0.1:{backend.port}"])
+    with OtlpReceiver(http_port=None) as receiver:
+        run = agent(
+            ["--pid", str(backend.pid), "--pid", str(gateway.pid), "--otlp-endpoint", receiver.grpc_endpoint, "--metrics-interval", "1"]
+        )
+        for i in range(12):
+            curl(gateway.port, f"/api/items/{i}")
+        subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{gateway.port}/api/error"], check=True)
+        receiver.wait_for_spans(39, timeout=20)
+        assert run.stop() == 0
+        final = receiver.metric_requests[-1]  # cumulative: the last export has every request
+    server_points = _histogram_points([final], "http.server.request.duration", backend.pid)
+    by_status = {}
+    for _, point in server_points:
+        attrs = {kv.key: kv.value for kv in point.attributes}
+        by_status[attrs["http.response.status_code"].int_value] = point
+        assert attrs["http.request.method"].string_value == "GET"
+        assert "url.path" not in attrs  # high-cardinality attributes stay on spans
+        assert list(point.explicit_bounds) == [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10]
+    assert by_status[200].count == 12 and by_status[500].count == 1
+    assert sum(by_status[200].bucket_counts) == 12
+    client_points = _histogram_points([final], "http.client.request.duration", gateway.pid)
+    assert sum(point.count for _, point in client_points) == 13
+    gateway_server = _histogram_points([final], "http.server.request.duration", gateway.pid)
+    assert sum(point.count for _, point in gateway_server) == 13
+    # the agent's own counters, under its own resource
+    assert _sum_value(final, "otelbpf.spans.created") == 39
+    assert _sum_value(final, "otelbpf.events.lost") == 0
