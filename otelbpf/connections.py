@@ -22,6 +22,8 @@ from otelbpf.events import ConnOpen, DataEvent, DataFlags, RoleHint
 from otelbpf.selfmetrics import Counters
 from protocols.base import Detector, Direction, Session, SessionEvent
 
+_SENDFILE = int(DataFlags.SENDFILE)
+
 #: How many data events (and bytes per direction) to look at before deciding
 #: a connection carries no protocol we know.
 DETECT_MAX_EVENTS = 4
@@ -199,7 +201,7 @@ class ConnectionTable:
             self._insert(conn)
         else:
             conns.move_to_end(event.conn_id)
-        if event.flags & DataFlags.SENDFILE:
+        if event.flags & _SENDFILE:
             conn.sendfile_ns = event.ts_ns
         if conn.session is not None:
             out = conn.session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))

@@ -65,7 +65,8 @@ class DataEvent:
     #: Bytes the syscall moved; ``len(data)`` of them were captured.
     total_len: int
     data: bytes
-    flags: DataFlags = DataFlags.NONE
+    #: DataFlags bits, kept as a plain int (enum arithmetic is slow per event).
+    flags: int = 0
     #: The asyncio task (its coroutine, opaque) whose step made the syscall; 0 if none.
     task_id: int = 0
 

@@ -28,6 +28,7 @@ DESCRIPTIONS: dict[str, str] = {
     "otelbpf.export.dropped": "spans dropped at export (queue full, or never delivered)",
     "otelbpf.export.failures": "failed export attempts (retried while the queue allows)",
     "otelbpf.association.ambiguous": "spans left without a parent because the evidence was ambiguous",
+    "otelbpf.association.pending_evicted": "client spans not offered for connection pairing (too many waiting)",
 }
 
 

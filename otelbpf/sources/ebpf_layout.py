@@ -11,7 +11,7 @@ import socket
 import struct
 from typing import Iterable
 
-from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, DataFlags, Event, ProcessExit, RoleHint
+from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, Event, ProcessExit, RoleHint
 from protocols.base import Direction
 
 # struct event_hdr
@@ -69,7 +69,7 @@ class RecordDecoder:
                 data = raw[header_size : header_size + captured]
                 out.append(
                     DataEvent(
-                        ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, DataFlags(flags), task_id
+                        ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, flags, task_id
                     )
                 )
             elif kind == EV_CONN_OPEN:
