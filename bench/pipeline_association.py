@@ -25,7 +25,7 @@ import tracemalloc
 from otelbpf.association import Linker
 from otelbpf.events import ConnOpen, DataEvent, RoleHint
 from otelbpf.identity import SpanStart, TraceGroup
-from otelbpf.model import SpanKind, new_span_id, new_trace_id
+from otelbpf.model import new_span_id, new_trace_id
 from otelbpf.pipeline import Pipeline
 from otelbpf.resources import ProcessResources
 from otelbpf.selfmetrics import Counters

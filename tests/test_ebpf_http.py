@@ -13,7 +13,7 @@ import sys
 import time
 
 import pytest
-from conftest import EXAMPLES, ROOT, wait_until
+from conftest import EXAMPLES, ROOT
 from otlp_receiver import ReceivedSpan, attributes_dict
 
 from otelbpf.export import read_json_file

@@ -14,7 +14,7 @@ import pytest
 
 from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink, OtlpHttpSink, SpanBatch, make_otlp_sink, resolve_protocol
 from otelbpf.export.otlp import traces_url
-from otelbpf.model import ResourceLookup, SpanKind, SpanRecord, StatusCode
+from otelbpf.model import ResourceLookup, SpanKind, SpanRecord
 from otelbpf.selfmetrics import Counters
 from otlp_receiver import OtlpReceiver, free_port, otlp_receiver  # noqa: F401 - fixture
 

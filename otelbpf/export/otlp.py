@@ -79,11 +79,11 @@ def make_otlp_sink(
     return OtlpHttpSink(endpoint, timeout_s=timeout_s)
 
 
-def resolve_protocol(protocol: str | None = None) -> str:
-    """``protocol``, else OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc."""
+def resolve_protocol(protocol: str | None = None, signal: str = "TRACES") -> str:
+    """``protocol``, else OTEL_EXPORTER_OTLP_{signal}_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc."""
     source = "protocol argument"
     if not protocol:
-        for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        for variable in (f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
             protocol = os.environ.get(variable, "").strip()
             if protocol:
                 source = variable
@@ -105,8 +105,12 @@ class _OtlpSink(SpanSink):
         self._is_shut_down = False
 
     def export(self, batch: SpanBatch) -> bool:
+        return self.export_request(batch.request)
+
+    def export_request(self, request) -> bool:
+        """Send a prebuilt OTLP request (traces, or metrics for the metric sinks)."""
         try:
-            delivered = self._exporter.export_request(batch.request)
+            delivered = self._exporter.export_request(request)
         except Exception as exc:  # noqa: BLE001 - a sink never raises
             self._failures.failed(type(exc).__name__, exc)
             return False

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from pathlib import Path
 from typing import Mapping, Protocol, runtime_checkable
 from urllib.parse import urlsplit
@@ -42,7 +41,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.sdk.metrics.export import MetricExportResult
 
 from otelbpf.export.jsonfile import JsonFileSink
-from otelbpf.export.otlp import GRPC, PROTOCOLS, _library_log_filter, _OtlpSink
+from otelbpf.export.otlp import GRPC, _library_log_filter, _OtlpSink, resolve_protocol
 
 #: The HTTP metric exporter's own logger (the gRPC mixin's and the HTTP client's are filtered by otelbpf.export.otlp).
 logging.getLogger(http_metric_exporter.__name__).addFilter(_library_log_filter)
@@ -87,19 +86,7 @@ def make_otlp_metric_sink(
 
 def resolve_metrics_protocol(protocol: str | None = None) -> str:
     """``protocol``, else OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, else OTEL_EXPORTER_OTLP_PROTOCOL, else grpc."""
-    source = "protocol argument"
-    if not protocol:
-        for variable in ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
-            protocol = os.environ.get(variable, "").strip()
-            if protocol:
-                source = variable
-                break
-    value = (protocol or GRPC).strip().lower()
-    if value not in PROTOCOLS:
-        raise ValueError(
-            f"unsupported OTLP protocol {protocol!r} (from {source}); valid values: {', '.join(PROTOCOLS)}"
-        )
-    return value
+    return resolve_protocol(protocol, signal="METRICS")
 
 
 def metrics_url(endpoint: str) -> str:
@@ -119,17 +106,7 @@ class _OtlpMetricSink(_OtlpSink):
     """The span sink's failure logging and shutdown, exporting a metrics request."""
 
     def export(self, request: ExportMetricsServiceRequest) -> bool:  # type: ignore[override]
-        try:
-            delivered = self._exporter.export_request(request)  # type: ignore[arg-type]
-        except Exception as exc:  # noqa: BLE001 - a sink never raises
-            self._failures.failed(type(exc).__name__, exc)
-            return False
-        if delivered:
-            self._failures.succeeded()
-            _library_log_filter.rearm()
-        else:
-            self._failures.failed("not delivered", f"collector at {self._exporter.target} unreachable or refusing")
-        return delivered
+        return self.export_request(request)
 
 
 class OtlpGrpcMetricSink(_OtlpMetricSink):
