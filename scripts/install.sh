@@ -70,7 +70,8 @@ if [ ! -x "$venv/bin/python" ]; then
     /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
 say "pip install -e .[test]"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here[test]"
+# (some hosts' pip config names local mirrors that may be absent: drop those warnings)
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here[test]" 2>&1 | { grep -v '^WARNING: Location' || true; }
 "$venv/bin/python" -c 'import bcc, otelbpf, protocols' 
 echo "$want" > "$stamp"
 say "done: $venv/bin/otelbpf"
