@@ -1,0 +1,162 @@
+"""The linking rules on their own (no kernel): each rule's evidence, its refusals, and
+the deferred asyncio decisions with held spans."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from otelbpf.association import TASK_DECISION_TIMEOUT_NS, Linker, hold_or_release, release
+from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.selfmetrics import Counters
+
+SERVER, CLIENT = SpanKind.SERVER, SpanKind.CLIENT
+TRACEPARENT = ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+
+
+@dataclass
+class Conn:
+    local_addr: str = ""
+    local_port: int = 0
+    peer_addr: str = ""
+    peer_port: int = 0
+    sock_id: int = 0
+    peer_sock_id: int = 0
+
+
+INBOUND = Conn("10.0.0.1", 8080, "10.0.0.9", 40000)  # gateway's accepted connection
+OUTBOUND = Conn("10.0.0.1", 50000, "10.0.0.2", 8081)  # gateway -> backend
+BACKEND_SIDE = Conn("10.0.0.2", 8081, "10.0.0.1", 50000)  # the same connection seen by the backend
+
+
+def linker() -> Linker:
+    return Linker(Counters())
+
+
+def span_for(start) -> SpanRecord:
+    return SpanRecord(start.trace_id, start.span_id, "x", start.kind, 0, 1, start.pid, start.parent_span_id)
+
+
+def test_thread_rule_links_the_one_request_the_thread_serves():
+    link = linker()
+    server = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
+    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110)
+    assert call.parent_span_id == server.span_id and call.trace_id == server.trace_id
+    assert call.association == "thread"
+
+
+def test_two_requests_on_one_thread_without_task_evidence_is_ambiguous():
+    link = linker()
+    link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
+    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), [], SERVER, pid=1, tid=11, ts_ns=101)
+    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110)
+    assert call.parent_span_id == b"" and call.association == "ambiguous"
+    assert link.counters.get("otelbpf.association.ambiguous") == 1
+
+
+def test_process_rule_links_a_hand_off_thread_but_never_a_background_thread():
+    link = linker()
+    background = link.start(OUTBOUND, [], CLIENT, pid=1, tid=99, ts_ns=50)  # calls while nothing is served
+    assert background.parent_span_id == b""
+    server = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
+    worker = link.start(OUTBOUND, [], CLIENT, pid=1, tid=12, ts_ns=110)
+    assert worker.parent_span_id == server.span_id and worker.association == "process"
+    again = link.start(OUTBOUND, [], CLIENT, pid=1, tid=99, ts_ns=120)
+    assert again.parent_span_id == b"" and again.association == ""
+
+
+def test_process_rule_refuses_when_several_requests_are_open():
+    link = linker()
+    link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
+    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), [], SERVER, pid=1, tid=13, ts_ns=101)
+    worker = link.start(OUTBOUND, [], CLIENT, pid=1, tid=12, ts_ns=110)
+    assert worker.parent_span_id == b"" and worker.association == "ambiguous"
+
+
+def test_window_closes_when_the_request_completes():
+    link = linker()
+    server = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
+    link.end(server, 200)
+    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=210)
+    assert call.parent_span_id == b""
+
+
+def test_connection_pair_links_server_to_the_client_of_that_connection_in_order():
+    link = linker()
+    first = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=100)
+    second = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=101)  # pipelined
+    served_first = link.start(BACKEND_SIDE, [], SERVER, pid=2, tid=21, ts_ns=102)
+    served_second = link.start(BACKEND_SIDE, [], SERVER, pid=2, tid=21, ts_ns=103)
+    assert served_first.parent_span_id == first.span_id and served_first.association == "connection"
+    assert served_second.parent_span_id == second.span_id
+    other = link.start(Conn("10.0.0.2", 8081, "10.0.0.1", 50001), [], SERVER, pid=2, tid=22, ts_ns=104)
+    assert other.parent_span_id == b""  # a different connection
+
+
+def test_unix_sockets_pair_by_socket_identity():
+    link = linker()
+    client = link.start(Conn(peer_sock_id=0xBEEF, sock_id=0xCAFE), [], CLIENT, pid=1, tid=11, ts_ns=100)
+    server = link.start(Conn(sock_id=0xBEEF), [], SERVER, pid=2, tid=21, ts_ns=101)
+    assert server.parent_span_id == client.span_id
+
+
+def test_propagated_header_wins_and_consumes_the_pair():
+    link = linker()
+    link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=100)
+    server = link.start(BACKEND_SIDE, [TRACEPARENT], SERVER, pid=2, tid=21, ts_ns=101)
+    assert server.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert server.parent_span_id.hex() == "00f067aa0ba902b7" and server.association == "propagated"
+    assert link.pending_clients == 0
+
+
+def test_task_call_is_decided_when_its_task_answers_and_moves_its_subtree():
+    link = linker()
+    request_a = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
+    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), [], SERVER, pid=1, tid=11, ts_ns=101)
+    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xA)
+    assert call.group.root().pending == 1
+    downstream = link.start(BACKEND_SIDE, [], SERVER, pid=2, tid=21, ts_ns=111)  # linked under the call
+    assert downstream.trace_id == call.trace_id
+    held = hold_or_release(span_for(downstream), downstream)
+    assert held == []  # its trace waits for the decision
+    link.end(downstream, 120)
+    assert link.end(call, 130) == []
+    held += hold_or_release(span_for(call), call)
+    assert held == []
+    settled = link.end(request_a, 140, task_id=0xA)  # task A writes request A's response
+    [group] = settled
+    released = release(group)
+    assert {s.span_id for s in released} == {call.span_id, downstream.span_id}
+    assert all(s.trace_id == request_a.trace_id for s in released)
+    call_span = next(s for s in released if s.span_id == call.span_id)
+    assert call_span.parent_span_id == request_a.span_id
+    assert call_span.attributes["otelbpf.association"] == "task"
+
+
+def test_task_call_never_links_to_a_request_that_started_after_it():
+    link = linker()
+    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=100, task_id=0xA)
+    later = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=105)
+    assert link.end(later, 140, task_id=0xA) == []
+    link.end(call, 150)
+    [group] = link.expire(150 + TASK_DECISION_TIMEOUT_NS + 1)
+    assert call.parent_span_id == b"" and call.association == "ambiguous"
+    assert group is call.group.root()
+
+
+def test_task_call_of_another_task_is_not_taken():
+    link = linker()
+    request = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
+    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xB)
+    assert link.end(request, 140, task_id=0xA) == []
+    assert call.group.root().pending == 1
+    assert link.pending_task_calls == 1
+
+
+def test_undecided_task_calls_are_released_when_the_process_exits():
+    link = linker()
+    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xA)
+    assert hold_or_release(span_for(call), call) == []
+    [group] = link.forget_process(1)
+    [span] = release(group)
+    assert span.span_id == call.span_id and span.attributes["otelbpf.association"] == "ambiguous"
+    assert link.counters.get("otelbpf.association.ambiguous") == 1
