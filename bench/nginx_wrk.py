@@ -1,0 +1,1386 @@
+#!/usr/bin/env python3
+"""nginx under wrk, traced by otelbpf vs not: what tracing costs, and where it starts losing spans.
+
+Run as root from the repository (``make bench`` does ``.venv/bin/python bench/nginx_wrk.py``)::
+
+    .venv/bin/python bench/nginx_wrk.py            # full run, ~10 min
+    .venv/bin/python bench/nginx_wrk.py --quick    # smoke check, ~1 min
+
+It measures, against an nginx it configures and starts itself on 127.0.0.1:
+
+1. saturation: requests/s with wrk at full speed, rounds alternating agent off / agent
+   attached but tracing nothing ("idle", the tax of enabled tracepoints) / agent tracing
+   nginx ("on"); the ratio of medians on/off;
+2. fixed rate at half the saturated throughput (open-loop, wrk + a Lua scheduler): p50/p99
+   latency off vs on, and the spans lost while on;
+3. a sweep of fixed rates with the agent writing to a JSON file and, separately, sending
+   OTLP/gRPC to a counting receiver: requests nginx served (stub_status) vs SERVER spans
+   delivered, plus the agent's own loss counters; the highest loss-free rate;
+4. the agent's CPU (utime+stime) and peak RSS (VmHWM) at those rates;
+5. start-up time to "otelbpf: tracing" (median of a few starts).
+
+The report is printed and written as JSON to bench/results/. bench/README.md explains
+every number and the CPU pinning.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS_DIR = ROOT / "bench" / "results"
+STATUS_PATH = "/nwb_status"
+DEFAULT_PATHS = ("/", "/static/4k.txt")
+SPAN_KIND_SERVER = 2
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+TRACING_PREFIX = "otelbpf: tracing"
+#: CPU used by processes outside the benchmark above which a window is flagged as noisy
+NOISY_CORES = 0.15
+STATS_PREFIX = "otelbpf: stats "
+
+
+class BenchError(RuntimeError):
+    """A precondition or a child process failed; the message says what to do."""
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+# --------------------------------------------------------------------------------------
+# child processes: every one is tracked, in its own session (Ctrl-C reaches only us),
+# and gets SIGTERM if we die without cleaning up (PR_SET_PDEATHSIG).
+# --------------------------------------------------------------------------------------
+
+_libc = ctypes.CDLL(None, use_errno=True)
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+class Children:
+    def __init__(self) -> None:
+        self._procs: list[tuple[str, subprocess.Popen, int]] = []
+
+    def start(self, name: str, argv: list[str], stop_signal: int = signal.SIGTERM, **kwargs) -> subprocess.Popen:
+        try:
+            proc = subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent, **kwargs)
+        except OSError as exc:
+            raise BenchError(f"cannot start {name} ({argv[0]}): {exc}") from exc
+        self._procs.append((name, proc, stop_signal))
+        return proc
+
+    def forget(self, proc: subprocess.Popen) -> None:
+        self._procs = [entry for entry in self._procs if entry[1] is not proc]
+
+    def stop(self, proc: subprocess.Popen, timeout: float = 15.0, sig: int | None = None) -> int | None:
+        """Signal ``proc`` (its stop signal), wait, SIGKILL after ``timeout``. Returns its exit code."""
+        entry = next((e for e in self._procs if e[1] is proc), None)
+        if sig is None:
+            sig = entry[2] if entry else signal.SIGTERM
+        if proc.poll() is None:
+            try:
+                proc.send_signal(sig)
+            except ProcessLookupError:
+                pass
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                name = entry[0] if entry else str(proc.args)
+                say(f"  ! {name} (pid {proc.pid}) did not exit within {timeout:.0f}s of signal {sig}: killing it")
+                proc.kill()
+                proc.wait(5)
+        self.forget(proc)
+        return proc.returncode
+
+    def stop_all(self) -> None:
+        for _name, proc, _sig in reversed(list(self._procs)):
+            self.stop(proc, timeout=20.0)
+
+
+# --------------------------------------------------------------------------------------
+# /proc helpers
+# --------------------------------------------------------------------------------------
+
+
+def proc_cpu_ticks(pid: int) -> int | None:
+    """utime + stime of a process (all its threads), in clock ticks; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return None
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of stat(5), counted after the comm
+
+
+def proc_status_kb(pid: int, key: str) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None
+
+
+def children_of(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(x) for x in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def cpu_busy_snapshot() -> dict[str, tuple[int, int]]:
+    """Per CPU (and 'cpu' for all): (busy ticks, total ticks) from /proc/stat."""
+    out = {}
+    with open("/proc/stat") as f:
+        for line in f:
+            if not line.startswith("cpu"):
+                break
+            name, *values = line.split()
+            numbers = [int(v) for v in values[:8]]  # user nice system idle iowait irq softirq steal
+            idle = numbers[3] + numbers[4]
+            total = sum(numbers)
+            out[name] = (total - idle, total)
+    return out
+
+
+def cpu_busy_between(before: dict, after: dict) -> dict[str, float]:
+    """Busy fraction of each CPU between two snapshots (1.0 = that CPU fully busy)."""
+    out = {}
+    for name, (busy0, total0) in before.items():
+        busy1, total1 = after.get(name, (busy0, total0))
+        out[name] = round((busy1 - busy0) / (total1 - total0), 3) if total1 > total0 else 0.0
+    return out
+
+
+class CpuMeter:
+    """CPU seconds used by a set of processes over a window, via /proc/PID/stat."""
+
+    def __init__(self, pids: dict[str, list[int]]) -> None:
+        self.pids = pids
+        self.t0 = time.monotonic()
+        self.start = {name: self._ticks(p) for name, p in pids.items()}
+        self.system0 = cpu_busy_snapshot()
+
+    @staticmethod
+    def _ticks(pids: list[int]) -> int:
+        return sum(proc_cpu_ticks(pid) or 0 for pid in pids)
+
+    def stop(self) -> dict[str, Any]:
+        wall = time.monotonic() - self.t0
+        out: dict[str, Any] = {"wall_s": round(wall, 3)}
+        for name, pids in self.pids.items():
+            used = (self._ticks(pids) - self.start[name]) / CLK_TCK
+            out[f"{name}_cpu_s"] = round(used, 2)
+            out[f"{name}_cores"] = round(used / wall, 3) if wall > 0 else 0.0
+        system1 = cpu_busy_snapshot()
+        out["cpu_busy"] = cpu_busy_between(self.system0, system1)
+        out["busy_cores"] = round((system1["cpu"][0] - self.system0["cpu"][0]) / CLK_TCK / wall, 3) if wall > 0 else 0.0
+        return out
+
+
+# --------------------------------------------------------------------------------------
+# nginx
+# --------------------------------------------------------------------------------------
+
+NGINX_CONF = """\
+# generated by bench/nginx_wrk.py
+worker_processes {workers};
+daemon off;
+master_process on;
+pid {dir}/nginx.pid;
+error_log {dir}/error.log warn;
+events {{ worker_connections 8192; }}
+http {{
+    access_log off;
+    sendfile {sendfile};
+    tcp_nodelay on;
+    keepalive_requests 100000000;
+    keepalive_timeout 300s;
+    default_type text/plain;
+    types {{ text/plain txt; }}
+    client_body_temp_path {dir}/tmp/body;
+    proxy_temp_path {dir}/tmp/proxy;
+    fastcgi_temp_path {dir}/tmp/fastcgi;
+    uwsgi_temp_path {dir}/tmp/uwsgi;
+    scgi_temp_path {dir}/tmp/scgi;
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        location = / {{ return 200 "hello\\n"; }}
+        location /static/ {{ root {dir}/www; }}
+        location = {status_path} {{ stub_status; }}
+    }}
+}}
+"""
+
+
+class Nginx:
+    def __init__(self, children: Children, workdir: Path, port: int, workers: int, sendfile: bool, cpus: str | None) -> None:
+        self.children = children
+        self.dir = workdir / "nginx"
+        self.port = port
+        self.workers = workers
+        self.sendfile = sendfile
+        self.cpus = cpus
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        (self.dir / "tmp").mkdir(parents=True)
+        static = self.dir / "www" / "static"
+        static.mkdir(parents=True)
+        # ~4 KB of printable text: a response that does not fit one small write
+        line = b"otelbpf bench payload 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ\n"
+        (static / "4k.txt").write_bytes((line * (4096 // len(line) + 1))[:4095] + b"\n")
+        for path in (self.dir.parent, self.dir, self.dir / "www", static, static / "4k.txt"):
+            path.chmod(0o755)  # workers run as nobody: they must read the static file
+        conf = self.dir / "nginx.conf"
+        conf.write_text(
+            NGINX_CONF.format(
+                workers=self.workers,
+                dir=self.dir,
+                port=self.port,
+                sendfile="on" if self.sendfile else "off",
+                status_path=STATUS_PATH,
+            )
+        )
+        argv = taskset(self.cpus, [shutil.which("nginx") or "nginx", "-c", str(conf), "-p", f"{self.dir}/", "-e", str(self.dir / "error.log")])
+        log = open(self.dir / "stdout.log", "wb")  # noqa: SIM115 - closed with the workdir
+        self.proc = self.children.start("nginx", argv, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BenchError(f"nginx exited with {self.proc.returncode}:\n{self._logs()}")
+            if len(self.worker_pids()) >= self.workers and self._answers():
+                return
+            time.sleep(0.05)
+        raise BenchError(f"nginx did not answer on {self.url} within 15s:\n{self._logs()}")
+
+    def _logs(self) -> str:
+        text = ""
+        for name in ("stdout.log", "error.log"):
+            path = self.dir / name
+            if path.exists():
+                text += path.read_text(errors="replace")[-2000:]
+        return text or "(no output)"
+
+    def _answers(self) -> bool:
+        try:
+            self.status()
+            return True
+        except OSError:
+            return False
+
+    @property
+    def master_pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def worker_pids(self) -> list[int]:
+        return children_of(self.master_pid) if self.proc is not None else []
+
+    def all_pids(self) -> list[int]:
+        return [self.master_pid, *self.worker_pids()]
+
+    def status(self) -> dict[str, int]:
+        """stub_status counters. The read itself is one request (and, traced, one span on STATUS_PATH)."""
+        with urllib.request.urlopen(self.url + STATUS_PATH, timeout=10) as response:
+            lines = response.read().decode().splitlines()
+        accepts, handled, requests = (int(x) for x in lines[2].split())
+        return {"accepts": accepts, "handled": handled, "requests": requests, "active": int(lines[0].split(":")[1])}
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.children.stop(self.proc, timeout=15)
+            self.proc = None
+
+
+# --------------------------------------------------------------------------------------
+# wrk, closed loop (saturation) and open loop (fixed rate, Lua scheduler)
+# --------------------------------------------------------------------------------------
+
+LUA_COMMON = r"""
+-- generated by bench/nginx_wrk.py
+local ffi = require("ffi")
+ffi.cdef[[
+typedef struct { long tv_sec; long tv_nsec; } nwb_timespec;
+int clock_gettime(int clk_id, nwb_timespec *tp);
+]]
+local ts = ffi.new("nwb_timespec")
+local function now_ms()
+  ffi.C.clock_gettime(1, ts) -- CLOCK_MONOTONIC
+  return tonumber(ts.tv_sec) * 1000.0 + tonumber(ts.tv_nsec) / 1.0e6
+end
+
+local paths = {PATHS}
+local reqs = {}
+local n = 0
+local threads = {}
+-- per-thread globals, read by done() through thread:get()
+scheduled = 0
+late = 0
+late_ms = 0.0
+interval_ms = 0.0
+local next_ms = nil
+
+function setup(thread)
+  table.insert(threads, thread)
+end
+
+function init(args)
+  for i, p in ipairs(paths) do reqs[i] = wrk.format("GET", p) end
+  local rate = tonumber(args[1] or "0") or 0
+  if rate > 0 then interval_ms = 1000.0 / rate end
+end
+
+function request()
+  n = n + 1
+  return reqs[(n % #reqs) + 1]
+end
+
+function done(summary, latency, requests)
+  local s, l, lms = 0, 0, 0.0
+  for _, t in ipairs(threads) do
+    s = s + (t:get("scheduled") or 0)
+    l = l + (t:get("late") or 0)
+    lms = lms + (t:get("late_ms") or 0)
+  end
+  local e = summary.errors
+  io.write(string.format(
+    'NWB_RESULT {"requests": %d, "duration_us": %d, "bytes": %d, ' ..
+    '"errors": {"connect": %d, "read": %d, "write": %d, "status": %d, "timeout": %d}, ' ..
+    '"latency_us": {"mean": %.1f, "max": %d, "p50": %d, "p90": %d, "p99": %d, "p999": %d}, ' ..
+    '"scheduled": %d, "late": %d, "late_ms_total": %.1f}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency.mean, latency.max, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency:percentile(99.9), s, l, lms))
+end
+"""
+
+# Open loop: one schedule per wrk thread. Whichever connection is free takes the next
+# slot; slots advance by 1/rate whatever happens, so the average rate holds while any
+# connection is free. wrk's delay() has 1 ms resolution: sends are released at the
+# nearest ms of their slot. A slot taken >1 ms after it was due means every connection
+# was busy: the generator fell behind ("late"), and latency is then under-reported
+# (coordinated omission) -- the report shows the late share.
+LUA_RATE = r"""
+function delay()
+  local now = now_ms()
+  if next_ms == nil then next_ms = now end
+  local wait = next_ms - now
+  next_ms = next_ms + interval_ms
+  scheduled = scheduled + 1
+  if wait < -1.0 then
+    late = late + 1
+    late_ms = late_ms - wait
+  end
+  if wait <= 0.5 then return 0 end
+  return math.floor(wait + 0.5)
+end
+"""
+
+
+@dataclass
+class WrkResult:
+    requests: int
+    duration_s: float
+    rps: float
+    errors: dict[str, int]
+    latency_us: dict[str, float]
+    scheduled: int = 0
+    late: int = 0
+    late_ms_total: float = 0.0
+    cpu_s: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = {
+            "requests": self.requests,
+            "duration_s": round(self.duration_s, 3),
+            "rps": round(self.rps, 1),
+            "errors": self.errors,
+            "latency_us": self.latency_us,
+            "wrk_cpu_s": round(self.cpu_s, 2),
+        }
+        if self.scheduled:
+            out.update(scheduled=self.scheduled, late=self.late, late_pct=round(100.0 * self.late / self.scheduled, 2))
+        return out
+
+
+class Wrk:
+    def __init__(self, children: Children, workdir: Path, url: str, cpus: str | None, paths: list[str]) -> None:
+        self.children = children
+        self.url = url
+        self.cpus = cpus
+        lua_paths = "{" + ", ".join(json.dumps(p) for p in paths) + "}"
+        common = LUA_COMMON.replace("{PATHS}", lua_paths)
+        self.closed_script = workdir / "mix.lua"
+        self.closed_script.write_text(common)
+        self.open_script = workdir / "rate.lua"
+        self.open_script.write_text(common + LUA_RATE)
+
+    def saturate(self, duration_s: int, threads: int, connections: int) -> WrkResult:
+        return self._run(self.closed_script, duration_s, threads, connections, [])
+
+    def fixed_rate(self, rate: float, duration_s: int, threads: int, connections: int) -> WrkResult:
+        return self._run(self.open_script, duration_s, threads, connections, [f"{rate / threads:.3f}"])
+
+    def _run(self, script: Path, duration_s: int, threads: int, connections: int, script_args: list[str]) -> WrkResult:
+        argv = taskset(
+            self.cpus,
+            ["wrk", f"-t{threads}", f"-c{max(connections, threads)}", f"-d{duration_s}s", "--timeout", "5s", "-s", str(script), self.url + "/", *(["--", *script_args] if script_args else [])],
+        )
+        proc = self.children.start("wrk", argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        try:
+            # wait4 for wrk's own CPU use; its output (a few hundred bytes) waits in the pipe
+            _pid, status, rusage = os.wait4(proc.pid, 0)
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            output = proc.stdout.read().decode(errors="replace")
+        finally:
+            if proc.returncode is None:
+                self.children.stop(proc, timeout=5)
+            self.children.forget(proc)
+            proc.stdout.close()
+        line = next((l for l in output.splitlines() if l.startswith("NWB_RESULT ")), None)
+        if proc.returncode != 0 or line is None:
+            raise BenchError(f"wrk failed (exit {proc.returncode}): {' '.join(argv)}\n{output[-2000:]}")
+        data = json.loads(line[len("NWB_RESULT ") :])
+        duration = data["duration_us"] / 1e6
+        return WrkResult(
+            requests=data["requests"],
+            duration_s=duration,
+            rps=data["requests"] / duration if duration else 0.0,
+            errors=data["errors"],
+            latency_us=data["latency_us"],
+            scheduled=data["scheduled"],
+            late=data["late"],
+            late_ms_total=data["late_ms_total"],
+            cpu_s=rusage.ru_utime + rusage.ru_stime,
+        )
+
+
+# --------------------------------------------------------------------------------------
+# the agent, as a user runs it
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class AgentRun:
+    proc: subprocess.Popen
+    started: float
+    attached_after_s: float | None = None
+    self_reported_s: float | None = None
+    lines: deque = field(default_factory=lambda: deque(maxlen=400))
+    stats: dict[str, int] | None = None
+    tracing: threading.Event = field(default_factory=threading.Event)
+    reader: threading.Thread | None = None
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stderr_tail(self, n: int = 30) -> str:
+        return "\n".join(list(self.lines)[-n:]) or "(no output)"
+
+
+class AgentLauncher:
+    def __init__(self, children: Children, cpus: str | None, extra_args: list[str]) -> None:
+        self.children = children
+        self.cpus = cpus
+        self.extra_args = extra_args
+        self.env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        self.env["PYTHONUNBUFFERED"] = "1"
+
+    def start(self, targets: list[str], outputs: list[str], timeout: float = 90.0) -> AgentRun:
+        argv = taskset(self.cpus, [sys.executable, "-m", "otelbpf", "run", *targets, *outputs, *self.extra_args])
+        started = time.monotonic()
+        proc = self.children.start(
+            "otelbpf agent", argv, stop_signal=signal.SIGINT, cwd=ROOT, env=self.env,
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
+        )
+        run = AgentRun(proc=proc, started=started)
+        run.reader = threading.Thread(target=self._read_stderr, args=(run,), daemon=True)
+        run.reader.start()
+        deadline = started + timeout
+        while not run.tracing.wait(0.05):
+            if proc.poll() is not None:
+                run.reader.join(2)
+                raise BenchError(f"the agent exited with {proc.returncode} before attaching:\n  {' '.join(argv)}\n{run.stderr_tail()}")
+            if time.monotonic() > deadline:
+                self.stop(run)
+                raise BenchError(f"the agent did not report '{TRACING_PREFIX}' within {timeout:.0f}s:\n{run.stderr_tail()}")
+        return run
+
+    @staticmethod
+    def _read_stderr(run: AgentRun) -> None:
+        for line in run.proc.stderr:
+            line = line.rstrip("\n")
+            run.lines.append(line)
+            if line.startswith(TRACING_PREFIX) and not run.tracing.is_set():
+                run.attached_after_s = time.monotonic() - run.started
+                try:
+                    run.self_reported_s = float(line.rsplit("(", 1)[1].rstrip(")s"))
+                except (IndexError, ValueError):
+                    pass
+                run.tracing.set()
+            elif line.startswith(STATS_PREFIX):
+                try:
+                    run.stats = json.loads(line[len(STATS_PREFIX) :])
+                except ValueError:
+                    pass
+
+    def stop(self, run: AgentRun, timeout: float = 120.0) -> dict[str, Any]:
+        """SIGINT (flush and detach, as a user's Ctrl-C), wait; the final stats line."""
+        t0 = time.monotonic()
+        code = self.children.stop(run.proc, timeout=timeout)
+        stopped_s = time.monotonic() - t0
+        if run.reader is not None:
+            run.reader.join(5)
+        run.proc.stderr.close()
+        if code != 0:
+            say(f"  ! the agent exited with {code}; last lines:\n{run.stderr_tail(10)}")
+        if run.stats is None:
+            raise BenchError(f"the agent printed no final '{STATS_PREFIX.strip()}' line (exit {code}):\n{run.stderr_tail()}")
+        return {"exit_code": code, "stop_s": round(stopped_s, 2), "stats": run.stats, "warnings": warnings_in(run.lines)}
+
+    @staticmethod
+    def wait_idle(run: AgentRun, max_wait_s: float = 10.0, idle_cores: float = 0.15, window_s: float = 0.5) -> float:
+        """Wait until the agent has caught up with its backlog (uses < idle_cores for window_s). Seconds waited."""
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < max_wait_s:
+            a = proc_cpu_ticks(run.pid)
+            time.sleep(window_s)
+            b = proc_cpu_ticks(run.pid)
+            if a is None or b is None or (b - a) / CLK_TCK / window_s < idle_cores:
+                break
+        return round(time.monotonic() - t0, 2)
+
+
+def warnings_in(lines) -> list[str]:
+    keys = ("warning", "error", "Traceback", "dropped", "not delivered")
+    return [l for l in lines if any(k in l for k in keys) and not l.startswith(STATS_PREFIX)][-10:]
+
+
+def stat(stats: dict[str, int], name: str) -> int:
+    """A counter summed over its labels (name or name{label})."""
+    return sum(v for k, v in stats.items() if k == name or k.startswith(name + "{"))
+
+
+# --------------------------------------------------------------------------------------
+# span counting
+# --------------------------------------------------------------------------------------
+
+
+def count_spans_in_json_file(path: Path) -> dict[str, int]:
+    """SERVER spans (not the bench's own status reads), other spans, status spans, in an OTLP/JSON lines file."""
+    counts = {"server_spans": 0, "other_spans": 0, "excluded_spans": 0, "lines": 0}
+    if not path.exists():
+        return counts
+    with open(path, "rb") as f:
+        for raw in f:
+            if not raw.endswith(b"\n"):
+                continue  # a partial last line: never written completely
+            counts["lines"] += 1
+            for rs in json.loads(raw).get("resourceSpans", ()):
+                for ss in rs.get("scopeSpans", ()):
+                    for span in ss.get("spans", ()):
+                        if _json_url_path(span) == STATUS_PATH:
+                            counts["excluded_spans"] += 1
+                        elif span.get("kind") == SPAN_KIND_SERVER:
+                            counts["server_spans"] += 1
+                        else:
+                            counts["other_spans"] += 1
+    return counts
+
+
+def _json_url_path(span: dict) -> str | None:
+    for kv in span.get("attributes", ()):
+        if kv.get("key") == "url.path":
+            return kv.get("value", {}).get("stringValue")
+    return None
+
+
+class CountingReceiver:
+    """bench/otlp_counting_receiver.py in a child process (its own GIL, pinned with the load generator)."""
+
+    def __init__(self, children: Children, cpus: str | None) -> None:
+        script = ROOT / "bench" / "otlp_counting_receiver.py"
+        argv = taskset(cpus, [sys.executable, str(script), "--exclude-path", STATUS_PATH])
+        self.children = children
+        self.proc = children.start(
+            "OTLP receiver", argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, text=True, bufsize=1, cwd=ROOT
+        )
+        line = self.proc.stdout.readline()
+        if not line.startswith("READY "):
+            self.children.stop(self.proc)
+            raise BenchError(f"the OTLP receiver did not start (got {line!r}); see its stderr above")
+        ports = json.loads(line[len("READY ") :])
+        self.grpc_endpoint = f"http://127.0.0.1:{ports['grpc_port']}"
+
+    def _ask(self, command: str) -> dict:
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def counts(self) -> dict[str, int]:
+        return self._ask("count")
+
+    def reset(self) -> None:
+        self._ask("reset")
+
+    def stop(self) -> None:
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        self.children.stop(self.proc, timeout=10)
+
+
+# --------------------------------------------------------------------------------------
+# small utilities
+# --------------------------------------------------------------------------------------
+
+
+def taskset(cpus: str | None, argv: list[str]) -> list[str]:
+    return ["taskset", "-c", cpus, *argv] if cpus else argv
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def fmt(value: Any, spec: str = ",.0f", none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def table(headers: list[str], rows: list[list[Any]], indent: str = "  ") -> str:
+    cells = [[str(c) for c in row] for row in [headers, *rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append(indent + "  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths))))
+        if n == 0:
+            lines.append(indent + "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def parse_cpu_list(text: str) -> set[int]:
+    cpus: set[int] = set()
+    for part in text.split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            cpus.update(range(int(lo), int(hi) + 1))
+        elif part:
+            cpus.add(int(part))
+    return cpus
+
+
+# --------------------------------------------------------------------------------------
+# the benchmark
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class Layout:
+    server: str | None  # nginx (master and workers)
+    client: str | None  # wrk and the OTLP receiver
+    agent: str | None   # otelbpf
+
+    def describe(self) -> str:
+        if not (self.server or self.client or self.agent):
+            return "no pinning (every process may run on every CPU)"
+        return f"nginx on CPU {self.server or 'any'}, wrk + OTLP receiver on CPU {self.client or 'any'}, agent on CPU {self.agent or 'any'}"
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, children: Children, workdir: Path) -> None:
+        self.args = args
+        self.children = children
+        self.workdir = workdir
+        self.layout = choose_layout(args)
+        self.nginx = Nginx(children, workdir, free_port(), args.workers, args.sendfile, self.layout.server)
+        self.wrk: Wrk | None = None
+        self.agents = AgentLauncher(children, self.layout.agent, args.agent_arg)
+        self.results: dict[str, Any] = {}
+        self.receiver: CountingReceiver | None = None
+        self._dummy: subprocess.Popen | None = None
+        self._noise_spent = 0.0  # seconds spent waiting for quiet or repeating noisy windows
+        self._run_no = 0
+
+    # -- helpers ------------------------------------------------------------------
+
+    def targets(self) -> list[str]:
+        if self.args.target == "comm":
+            return ["--comm", "nginx"]
+        out = []
+        for pid in self.nginx.all_pids():
+            out += ["--pid", str(pid)]
+        return out
+
+    def tmp_json(self) -> Path:
+        self._run_no += 1
+        return self.workdir / f"spans-{self._run_no}.json"
+
+    def meter(self, agent: AgentRun | None) -> CpuMeter:
+        pids = {"nginx": self.nginx.all_pids()}
+        if agent is not None:
+            pids["agent"] = [agent.pid]
+        if self.receiver is not None:
+            pids["receiver"] = [self.receiver.proc.pid]
+        return CpuMeter(pids)
+
+    def quiet_cores(self, agent: AgentRun | None, seconds: float = 0.5) -> float:
+        """CPU used by processes outside the benchmark over ``seconds`` (ours are idle between windows)."""
+        meter = self.meter(agent)
+        time.sleep(seconds)
+        cpu = meter.stop()
+        ours = sum(v for k, v in cpu.items() if k.endswith("_cores") and k != "busy_cores")
+        return max(0.0, cpu["busy_cores"] - ours)
+
+    def wait_for_quiet(self, agent: AgentRun | None) -> float:
+        """Wait (up to --quiet-wait s) until other processes use < NOISY_CORES. Seconds waited."""
+        t0 = time.monotonic()
+        told = False
+        limit = min(self.args.quiet_wait, self.noise_budget_left())
+        while time.monotonic() - t0 < limit and self.quiet_cores(agent) > NOISY_CORES:
+            if not told:
+                say(f"  (the machine is busy with other work: waiting up to {limit:.0f}s for it to calm down)")
+                told = True
+        waited = time.monotonic() - t0
+        self._noise_spent += waited if told else 0.0
+        return round(waited, 1)
+
+    def noise_budget_left(self) -> float:
+        return max(0.0, self.args.noise_budget - self._noise_spent)
+
+    def measure(self, load: Callable[[], WrkResult], trace: str | None, sink: str = "jsonfile", **labels: Any) -> dict[str, Any]:
+        """One measured window, repeated (up to --noise-retries) while other processes disturbed it.
+
+        ``trace``: None (no agent), "nginx" (the agent traces nginx) or "dummy" (the agent is
+        attached but traces only an idle process: the cost of enabled tracepoints alone).
+        """
+        discarded = []
+        for attempt in range(self.args.noise_retries + 1):
+            window = self._measure_once(load, trace, sink)
+            window.update(labels)
+            noisy = window["cpu"]["other_cores"] > NOISY_CORES
+            if not noisy or attempt == self.args.noise_retries or self.noise_budget_left() <= 0:
+                break
+            self._noise_spent += window["cpu"]["wall_s"]
+            discarded.append({"rps": round(window["_rps"], 1), "other_cores": window["cpu"]["other_cores"]})
+            say("  (discarded, other processes were busy) " + self.describe_window(window))
+        if discarded:
+            window["discarded_noisy_attempts"] = discarded
+        window["noisy"] = window["cpu"]["other_cores"] > NOISY_CORES
+        say("  " + self.describe_window(window))
+        return window
+
+    def _measure_once(self, load: Callable[[], WrkResult], trace: str | None, sink: str) -> dict[str, Any]:
+        agent = None
+        json_file = self.tmp_json()
+        if trace is not None:
+            if sink == "jsonfile":
+                outputs = ["--json-file", str(json_file)]
+            else:
+                assert self.receiver is not None
+                self.receiver.reset()
+                outputs = ["--otlp-endpoint", self.receiver.grpc_endpoint, "--otlp-protocol", "grpc"]
+            targets = self.targets() if trace == "nginx" else ["--pid", str(self.dummy_pid())]
+            agent = self.agents.start(targets, outputs)
+        try:
+            time.sleep(0.3)
+            waited = self.wait_for_quiet(agent)
+            before = self.nginx.status()
+            meter = self.meter(agent)
+            result = load()
+            cpu = meter.stop()
+            cpu["wrk_cores"] = round(result.cpu_s / cpu["wall_s"], 3)
+            ours = sum(v for k, v in cpu.items() if k.endswith("_cores") and k != "busy_cores")
+            # CPU used by anything else on the machine (other sessions' jobs, kernel threads): noise
+            cpu["other_cores"] = round(max(0.0, cpu["busy_cores"] - ours), 3)
+            window: dict[str, Any] = {"wrk": result.as_dict(), "cpu": cpu, "waited_for_quiet_s": waited, "_rps": result.rps}
+            if agent is not None:
+                window["agent_caught_up_after_s"] = self.agents.wait_idle(agent)
+                window["agent_vmhwm_mb"] = round((proc_status_kb(agent.pid, "VmHWM") or 0) / 1024, 1)
+                window["agent_vmrss_mb"] = round((proc_status_kb(agent.pid, "VmRSS") or 0) / 1024, 1)
+            after = self.nginx.status()
+            window["nginx_served"] = after["requests"] - before["requests"] - 1  # the 'after' read counts itself
+        except BaseException:
+            if agent is not None:
+                self.children.stop(agent.proc, timeout=20)
+            raise
+        if agent is not None:
+            stopped = self.agents.stop(agent)
+            if trace == "nginx":
+                spans = count_spans_in_json_file(json_file) if sink == "jsonfile" else self.receiver.counts()
+                self.account(window, stopped, spans, sink)
+            else:
+                window.update(agent_stats=stopped["stats"], events_lost=stat(stopped["stats"], "otelbpf.events.lost"))
+        json_file.unlink(missing_ok=True)
+        return window
+
+    def dummy_pid(self) -> int:
+        if self._dummy is None or self._dummy.poll() is not None:
+            self._dummy = self.children.start("idle target", ["sleep", "1000000"], stdout=subprocess.DEVNULL)
+        return self._dummy.pid
+
+    def account(self, window: dict[str, Any], stopped: dict[str, Any], spans: dict[str, int], sink: str) -> dict[str, Any]:
+        stats = stopped["stats"]
+        served = window["nginx_served"]
+        exported = spans["server_spans"]
+        window.update(
+            sink=sink,
+            spans_exported=exported,
+            spans_missing=served - exported,
+            loss_pct=round(100.0 * (served - exported) / served, 3) if served else 0.0,
+            agent_stats=stats,
+            agent_stop_s=stopped["stop_s"],
+            agent_warnings=stopped["warnings"],
+            events_lost=stat(stats, "otelbpf.events.lost"),
+            export_dropped=stat(stats, "otelbpf.export.dropped"),
+            parse_errors=stat(stats, "otelbpf.parse.errors"),
+            spans_created=stat(stats, "otelbpf.spans.created"),
+            other_spans=spans["other_spans"],
+        )
+        window["loss_free"] = (
+            served > 0 and exported == served and window["events_lost"] == 0 and window["export_dropped"] == 0
+        )
+        return window
+
+    # -- parts -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.nginx.start()
+        self.wrk = Wrk(self.children, self.workdir, self.nginx.url, self.layout.client, self.args.paths)
+        say(f"nginx {self.nginx.url} (master {self.nginx.master_pid}, workers {self.nginx.worker_pids()}); {self.layout.describe()}")
+        say(f"warming up ({self.args.warmup}s at saturation) ...")
+        if self.args.warmup:
+            self.wrk.saturate(self.args.warmup, self.args.threads, self.args.connections)
+
+    def saturation(self) -> None:
+        a = self.args
+        modes = ["off", "on"] if a.no_idle else ["off", "idle", "on"]
+        say(f"\n[1/5] saturation: wrk -t{a.threads} -c{a.connections}, {a.rounds} rounds x {len(modes)} modes x {a.duration}s")
+        say("  modes: off = no agent; idle = agent attached, tracing only an idle process; on = agent tracing nginx, spans to a JSON file")
+        trace_of = {"off": None, "idle": "dummy", "on": "nginx"}
+        rows = []
+        for rnd in range(1, a.rounds + 1):
+            for mode in modes:
+                rows.append(self.measure(lambda: self.wrk.saturate(a.duration, a.threads, a.connections), trace_of[mode], round=rnd, mode=mode))
+        med = {m: median([r["_rps"] for r in rows if r["mode"] == m]) for m in modes}
+        off_values = [r["_rps"] for r in rows if r["mode"] == "off"]
+        on_rows = [r for r in rows if r["mode"] == "on"]
+        self.results["saturation"] = {
+            "wrk": {"threads": a.threads, "connections": a.connections, "duration_s": a.duration, "paths": a.paths},
+            "rounds": [strip_private(r) for r in rows],
+            "median_rps": {m: round(v, 1) for m, v in med.items()},
+            "ratio_on_off": round(med["on"] / med["off"], 3),
+            "ratio_idle_off": round(med["idle"] / med["off"], 3) if "idle" in med else None,
+            "paired_ratio_on_off": paired_ratio(rows, "on"),
+            "paired_ratio_idle_off": paired_ratio(rows, "idle") if "idle" in med else None,
+            "off_spread_pct": round(100.0 * (max(off_values) - min(off_values)) / med["off"], 1) if len(off_values) > 1 else None,
+            "median_agent_cores_on": median([r["cpu"].get("agent_cores", 0) for r in on_rows]),
+            "median_nginx_cores": {m: median([r["cpu"]["nginx_cores"] for r in rows if r["mode"] == m]) for m in modes},
+            "on_loss_pct_median": median([r["loss_pct"] for r in on_rows]),
+            "noisy_windows": sum(1 for r in rows if r["noisy"]),
+        }
+        s = self.results["saturation"]
+        say("  => median req/s: " + ", ".join(f"{m} {fmt(v)}" for m, v in med.items()) + f"; on/off = {s['ratio_on_off']:.3f}x" + (f", idle/off = {s['ratio_idle_off']:.3f}x" if s["ratio_idle_off"] else ""))
+
+    def fixed_rate(self) -> None:
+        a = self.args
+        rate = a.half_rate
+        if rate is None:
+            sat = self.results.get("saturation")
+            if sat is None:
+                say("\n(no saturation result to halve: measuring the off throughput once)")
+                rate = self.wrk.saturate(a.duration, a.threads, a.connections).rps / 2
+            else:
+                rate = sat["median_rps"]["off"] / 2
+        rate = int(round(rate, -2))
+        say(f"\n[2/5] fixed rate {rate:,} req/s (half of saturation): wrk -t1 -c{a.rate_connections}, open loop, {a.rounds} rounds x 2 modes x {a.duration}s")
+        rows = []
+        for rnd in range(1, a.rounds + 1):
+            for mode in ("off", "on"):
+                rows.append(self.measure(lambda: self.wrk.fixed_rate(rate, a.duration, 1, a.rate_connections), "nginx" if mode == "on" else None, round=rnd, mode=mode, target_rps=rate))
+
+        def med(mode: str, key: str) -> float | None:
+            return median([r["wrk"]["latency_us"][key] for r in rows if r["mode"] == mode])
+
+        on_rows = [r for r in rows if r["mode"] == "on"]
+        served = sum(r["nginx_served"] for r in on_rows)
+        missing = sum(r["spans_missing"] for r in on_rows)
+        self.results["fixed_rate"] = {
+            "target_rps": rate,
+            "connections": a.rate_connections,
+            "rounds": [strip_private(r) for r in rows],
+            "median_rps": {m: round(median([r["_rps"] for r in rows if r["mode"] == m]), 1) for m in ("off", "on")},
+            "median_latency_us": {m: {k: med(m, k) for k in ("p50", "p90", "p99", "p999", "max")} for m in ("off", "on")},
+            "added_p50_us": med("on", "p50") - med("off", "p50"),
+            "added_p99_us": med("on", "p99") - med("off", "p99"),
+            "p99_ratio": round(med("on", "p99") / med("off", "p99"), 2) if med("off", "p99") else None,
+            "late_pct_max": max((r["wrk"].get("late_pct", 0) for r in rows), default=0),
+            "late_pct_median": {m: median([r["wrk"].get("late_pct", 0) for r in rows if r["mode"] == m]) for m in ("off", "on")},
+            "median_agent_cores_on": median([r["cpu"].get("agent_cores", 0) for r in on_rows]),
+            "on_served": served,
+            "on_spans_missing": missing,
+            "on_loss_pct": round(100.0 * missing / served, 3) if served else None,
+            "on_events_lost": sum(r["events_lost"] for r in on_rows),
+            "on_export_dropped": sum(r["export_dropped"] for r in on_rows),
+            "noisy_windows": sum(1 for r in rows if r["noisy"]),
+        }
+        f = self.results["fixed_rate"]
+        say(
+            f"  => p99 off {fmt(med('off', 'p99'))} us, on {fmt(med('on', 'p99'))} us: +{fmt(f['added_p99_us'])} us"
+            f" (x{f['p99_ratio']}); p50 +{fmt(f['added_p50_us'])} us; spans missing while on: {missing:,} of {served:,} ({f['on_loss_pct']}%)"
+        )
+        if f["late_pct_max"] > 1:
+            say(f"  !! the generator fell behind its schedule ({f['late_pct_max']}% of requests late): nginx did not keep up, the rate was not held and the latencies above are under-reported (coordinated omission)")
+
+    def loss_sweep(self) -> None:
+        a = self.args
+        sinks = ["jsonfile", "otlp-grpc"] if not a.no_otlp else ["jsonfile"]
+        say(f"\n[3/5] span loss at fixed rates {', '.join(f'{r:,}' for r in a.rates)} req/s, {a.loss_duration}s each, sinks: {', '.join(sinks)}")
+        sweep: dict[str, Any] = {}
+        try:
+            for sink in sinks:
+                if sink == "otlp-grpc":
+                    self.receiver = CountingReceiver(self.children, self.layout.client)
+                runs: list[dict] = []
+                for rate in a.rates:
+                    runs.append(self.loss_run(sink, rate))
+                for _ in range(a.refine):
+                    passed = [r["target_rps"] for r in runs if r["loss_free"]]
+                    failed = [r["target_rps"] for r in runs if not r["loss_free"]]
+                    lo = max(passed, default=0)
+                    hi = min((f for f in failed if f > lo), default=None)
+                    if hi is None or hi - lo <= 500:
+                        break
+                    mid = int(round((lo + hi) / 2, -2))
+                    say(f"  (refining between {lo:,} and {hi:,})")
+                    runs.append(self.loss_run(sink, mid))
+                runs.sort(key=lambda r: r["target_rps"])
+                passed = [r["target_rps"] for r in runs if r["loss_free"]]
+                failed = [r["target_rps"] for r in runs if not r["loss_free"]]
+                highest = max(passed, default=None)
+                sweep[sink] = {
+                    "runs": [strip_private(r) for r in runs],
+                    "highest_loss_free_rps": highest,
+                    "lowest_lossy_rps": min(failed, default=None),
+                    "monotonic": not failed or highest is None or highest < min(failed),
+                }
+                say(f"  => {sink}: highest loss-free rate {fmt(highest)} req/s" + ("" if sweep[sink]["monotonic"] else " (a lower rate lost spans: noisy or unstable, see the runs)"))
+                if self.receiver is not None:
+                    self.receiver.stop()
+                    self.receiver = None
+        finally:
+            if self.receiver is not None:
+                self.receiver.stop()
+                self.receiver = None
+        self.results["loss_sweep"] = sweep
+
+    def loss_run(self, sink: str, rate: int) -> dict[str, Any]:
+        a = self.args
+        return self.measure(lambda: self.wrk.fixed_rate(rate, a.loss_duration, 1, a.rate_connections), "nginx", sink, target_rps=rate, mode="on")
+
+    def agent_cost(self) -> None:
+        sweep = self.results.get("loss_sweep")
+        if not sweep:
+            return
+        say("\n[4/5] agent CPU and memory (from the sweep's runs)")
+        out: dict[str, Any] = {}
+        rows = []
+        for sink, data in sweep.items():
+            picks = {"highest_loss_free": data["highest_loss_free_rps"], "at_10k": 10000}
+            if picks["highest_loss_free"] == 10000:
+                picks = {"highest_loss_free_and_10k": 10000}
+            for label, rate in picks.items():
+                run = next((r for r in data["runs"] if r["target_rps"] == rate), None)
+                if run is None:
+                    continue
+                entry = {
+                    "rate": rate,
+                    "achieved_rps": run["wrk"]["rps"],
+                    "agent_cores": run["cpu"].get("agent_cores"),
+                    "agent_us_per_request": round(1e6 * run["cpu"].get("agent_cpu_s", 0) / max(1, run["nginx_served"]), 1),
+                    "nginx_cores": run["cpu"].get("nginx_cores"),
+                    "agent_vmhwm_mb": run.get("agent_vmhwm_mb"),
+                    "loss_free": run["loss_free"],
+                }
+                out[f"{sink}/{label}"] = entry
+                rows.append([f"{sink} @ {rate:,} ({label.replace('_', ' ')})", fmt(entry["achieved_rps"]), fmt(entry["agent_cores"], ".2f"), fmt(entry["agent_us_per_request"], ".1f"), fmt(entry["nginx_cores"], ".2f"), fmt(entry["agent_vmhwm_mb"], ".0f"), "yes" if entry["loss_free"] else "NO"])
+        say(table(["run", "req/s", "agent cores", "agent us/req", "nginx cores", "VmHWM MB", "loss-free"], rows))
+        self.results["agent_cost"] = out
+
+    def startup(self) -> None:
+        a = self.args
+        say(f"\n[5/5] start-up: {a.starts} starts of the agent tracing nginx (idle)")
+        runs = []
+        idle_cores = None
+        for n in range(a.starts):
+            agent = self.agents.start(self.targets(), ["--json-file", str(self.tmp_json())])
+            extra = ""
+            if n == 0:  # what the agent costs with nothing to trace (its drain loop)
+                time.sleep(0.5)
+                meter = self.meter(agent)
+                time.sleep(3.0)
+                idle_cores = meter.stop()["agent_cores"]
+                extra = f"; idle, it uses {idle_cores:.3f} cores"
+            hwm = proc_status_kb(agent.pid, "VmHWM")
+            stopped = self.agents.stop(agent)
+            runs.append({"to_tracing_s": round(agent.attached_after_s, 2), "self_reported_s": agent.self_reported_s, "stop_s": stopped["stop_s"], "vmhwm_mb": round((hwm or 0) / 1024, 1)})
+            say(f"  tracing after {agent.attached_after_s:.2f}s (agent says {agent.self_reported_s}s to compile+attach); stop took {stopped['stop_s']:.2f}s{extra}")
+        self.results["startup"] = {
+            "idle_agent_cores": idle_cores,
+            "runs": runs,
+            "median_to_tracing_s": round(median([r["to_tracing_s"] for r in runs]), 2),
+            "median_self_reported_s": median([r["self_reported_s"] for r in runs if r["self_reported_s"] is not None]),
+            "median_stop_s": round(median([r["stop_s"] for r in runs]), 2),
+            "median_idle_vmhwm_mb": median([r["vmhwm_mb"] for r in runs]),
+        }
+
+    # -- reporting ---------------------------------------------------------------------
+
+    @staticmethod
+    def describe_window(w: dict[str, Any]) -> str:
+        wrk = w["wrk"]
+        lat = wrk["latency_us"]
+        cpu = w["cpu"]
+        parts = []
+        if "round" in w:
+            parts.append(f"round {w['round']} {w['mode']:<4}")
+        if "target_rps" in w:
+            parts.append(f"target {w['target_rps']:>6,}")
+        parts.append(f"{wrk['rps']:>9,.0f} req/s")
+        parts.append(f"p50 {lat['p50']:>6,} us p99 {lat['p99']:>7,} us")
+        if "late_pct" in wrk and wrk["late_pct"]:
+            parts.append(f"late {wrk['late_pct']}%")
+        errors = sum(wrk["errors"].values())
+        if errors:
+            parts.append(f"wrk errors {wrk['errors']}")
+        parts.append(f"nginx {cpu['nginx_cores']:.2f} cores")
+        if "agent_cores" in cpu:
+            parts.append(f"agent {cpu['agent_cores']:.2f} cores")
+        parts.append("cpus " + "/".join(f"{v:.0%}" for k, v in sorted(cpu["cpu_busy"].items()) if k != "cpu"))
+        if cpu.get("other_cores", 0) > NOISY_CORES:
+            parts.append(f"NOISE: other processes used {cpu['other_cores']:.2f} cores")
+        if w.get("agent_caught_up_after_s", 0) > 1.0:
+            parts.append(f"agent busy {w['agent_caught_up_after_s']:.0f}s after load")
+        if "spans_exported" in w:
+            verdict = "OK" if w["loss_free"] else ("EXTRA SPANS" if w["spans_missing"] < 0 else "LOSS")
+            parts.append(
+                f"spans {w['spans_exported']:,}/{w['nginx_served']:,} (lost ev {w['events_lost']:,}, dropped {w['export_dropped']:,}) {verdict}"
+            )
+        return " | ".join(parts)
+
+    def summary(self) -> list[dict[str, Any]]:
+        r = self.results
+        targets = []
+        sat = r.get("saturation")
+        if sat:
+            targets.append({"target": "throughput at saturation >= 0.90x", "value": f"{sat['ratio_on_off']:.3f}x", "met": sat["ratio_on_off"] >= 0.90})
+        fr = r.get("fixed_rate")
+        if fr:
+            targets.append({"target": f"no measurable span loss at half load ({fr['target_rps']:,} req/s)", "value": f"{fr['on_spans_missing']:,} of {fr['on_served']:,} missing ({fr['on_loss_pct']}%)", "met": fr["on_spans_missing"] == 0 and fr["on_events_lost"] == 0 and fr["on_export_dropped"] == 0})
+        for sink, data in (r.get("loss_sweep") or {}).items():
+            run = next((x for x in data["runs"] if x["target_rps"] == 10000), None)
+            if run:
+                targets.append({"target": f"zero span loss at 10k req/s ({sink})", "value": f"{run['spans_missing']:,} of {run['nginx_served']:,} missing ({run['loss_pct']}%), events lost {run['events_lost']:,}", "met": run["loss_free"]})
+                cores = run["cpu"].get("agent_cores")
+                targets.append({"target": f"agent <= 0.5 core at 10k req/s ({sink})", "value": f"{cores:.2f} cores", "met": cores is not None and cores <= 0.5})
+        return targets
+
+    def print_summary(self) -> None:
+        r = self.results
+        say("\n" + "=" * 100)
+        say("SUMMARY  (" + r["machine"]["summary"] + ")")
+        say(f"layout: {self.layout.describe()}")
+        sat = r.get("saturation")
+        if sat:
+            med = sat["median_rps"]
+            nc = sat["median_nginx_cores"]
+            say(f"saturation (median of {self.args.rounds}): off {fmt(med['off'])} req/s, " + (f"idle {fmt(med['idle'])} ({sat['ratio_idle_off']:.3f}x), " if "idle" in med else "") + f"on {fmt(med['on'])} req/s  =>  on/off {sat['ratio_on_off']:.3f}x" + (f"   [off rounds spread {sat['off_spread_pct']}%]" if sat.get("off_spread_pct") is not None else ""))
+            say(f"  per-round ratios, median: on/off {fmt(sat['paired_ratio_on_off'], '.3f')}x" + (f", idle/off {fmt(sat['paired_ratio_idle_off'], '.3f')}x" if sat.get("paired_ratio_idle_off") else ""))
+            say(f"  nginx used {nc['off']:.2f} cores off / {nc['on']:.2f} on; the agent {fmt(sat['median_agent_cores_on'], '.2f')} cores; spans lost at saturation {fmt(sat['on_loss_pct_median'], '.1f')}% (median); noisy windows kept: {sat['noisy_windows']} of {len(sat['rounds'])}")
+        fr = r.get("fixed_rate")
+        if fr:
+            lo, ln = fr["median_latency_us"]["off"], fr["median_latency_us"]["on"]
+            say(f"fixed {fr['target_rps']:,} req/s: p50 {fmt(lo['p50'])} -> {fmt(ln['p50'])} us, p99 {fmt(lo['p99'])} -> {fmt(ln['p99'])} us (+{fmt(fr['added_p99_us'])} us), achieved {fmt(fr['median_rps']['off'])} / {fmt(fr['median_rps']['on'])} req/s, requests late: {fr['late_pct_median']['off']}% / {fr['late_pct_median']['on']}%" + (" (rate not held: latency under-reported)" if fr["late_pct_max"] > 1 else "") + f"; noisy windows kept: {fr['noisy_windows']} of {len(fr['rounds'])}")
+        for sink, data in (r.get("loss_sweep") or {}).items():
+            rows = [[f"{x['target_rps']:,}", fmt(x["wrk"]["rps"]), f"{x['nginx_served']:,}", f"{x['spans_exported']:,}", f"{x['loss_pct']:.2f}%", f"{x['events_lost']:,}", f"{x['export_dropped']:,}", fmt(x["cpu"].get("agent_cores"), ".2f"), fmt(x["cpu"].get("nginx_cores"), ".2f"), fmt(x.get("agent_vmhwm_mb"), ".0f"), "yes" if x["loss_free"] else "NO", f"{x['cpu']['other_cores']:.2f}" + (" !" if x["noisy"] else "")] for x in data["runs"]]
+            say(f"span loss, sink {sink}: highest loss-free rate {fmt(data['highest_loss_free_rps'])} req/s")
+            say(table(["target/s", "achieved/s", "served", "spans", "loss", "ev lost", "dropped", "agent cores", "nginx cores", "HWM MB", "loss-free", "noise cores"], rows))
+        st = r.get("startup")
+        if st:
+            say(f"start-up to tracing: median {st['median_to_tracing_s']}s (agent's own compile+attach {st['median_self_reported_s']}s); stop {st['median_stop_s']}s; idle VmHWM {st['median_idle_vmhwm_mb']} MB, idle CPU {fmt(st['idle_agent_cores'], '.3f')} cores")
+        say("targets:")
+        for t in r.get("targets", []):
+            say(f"  [{'MET' if t['met'] else 'NOT MET'}] {t['target']}: {t['value']}")
+
+
+def paired_ratio(rows: list[dict[str, Any]], mode: str) -> float | None:
+    """Median over rounds of (mode's req/s / off's req/s in the same round): a second estimator, robust to drift."""
+    ratios = []
+    for rnd in sorted({r["round"] for r in rows}):
+        off = [r["_rps"] for r in rows if r["round"] == rnd and r["mode"] == "off"]
+        other = [r["_rps"] for r in rows if r["round"] == rnd and r["mode"] == mode]
+        if off and other and off[0]:
+            ratios.append(other[0] / off[0])
+    return round(statistics.median(ratios), 3) if ratios else None
+
+
+def strip_private(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if not k.startswith("_")}
+
+
+def choose_layout(args: argparse.Namespace) -> Layout:
+    available = sorted(os.sched_getaffinity(0))
+    if args.no_pin or len(available) < 2:
+        if not args.no_pin:
+            say(f"note: only {len(available)} CPU(s) available: not pinning")
+        return Layout(None, None, None)
+    server = args.server_cpus or str(available[0])
+    client = args.client_cpus or ",".join(str(c) for c in available[1:])
+    agent = {"server": server, "client": client, "any": None}.get(args.agent_cpus, args.agent_cpus)
+    for name, value in (("--server-cpus", server), ("--client-cpus", client), ("--agent-cpus", agent)):
+        if value and not parse_cpu_list(value) <= set(available):
+            raise BenchError(f"{name} {value}: not among the CPUs this process may use ({available})")
+    return Layout(server, client, agent)
+
+
+def machine_info() -> dict[str, Any]:
+    def run(cmd: list[str]) -> str:
+        """First line of a version command's output (nginx and wrk print it to stderr)."""
+        try:
+            out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=10).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+        return out.strip().splitlines()[0] if out.strip() else ""
+
+    model = ""
+    try:
+        model = next(l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name"))
+    except StopIteration:
+        pass
+    mem_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    try:
+        import bcc  # noqa: F401
+
+        bcc_version = getattr(bcc, "__version__", "")
+    except Exception:  # noqa: BLE001
+        bcc_version = ""
+    info = {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gb": mem_gb,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "bcc": bcc_version,
+        "nginx": run(["nginx", "-v"]).replace("nginx version: ", ""),
+        "wrk": run(["wrk", "-v"]),
+        "commit": read_commit(),
+    }
+    info["summary"] = f"{info['cpus']} vCPU, {mem_gb} GB, kernel {info['kernel']}, {info['nginx']}, Python {info['python']}, BCC {bcc_version}"
+    return info
+
+
+def read_commit() -> str:
+    """HEAD's commit as recorded in .git (read, not by running git); the work tree may differ."""
+    git = ROOT / ".git"
+    try:
+        head = (git / "HEAD").read_text().strip()
+        if not head.startswith("ref: "):
+            return head
+        ref = head[5:]
+        if (git / ref).exists():
+            return (git / ref).read_text().strip()
+        for line in (git / "packed-refs").read_text().splitlines():
+            if line.endswith(" " + ref):
+                return line.split()[0]
+    except OSError:
+        pass
+    return ""
+
+
+def system_busy_check(seconds: float = 1.0) -> float:
+    before = cpu_busy_snapshot()
+    time.sleep(seconds)
+    return cpu_busy_between(before, cpu_busy_snapshot())["cpu"]
+
+
+def preflight(args: argparse.Namespace) -> None:
+    if os.geteuid() != 0:
+        raise BenchError("run as root (the agent loads eBPF programs): sudo .venv/bin/python bench/nginx_wrk.py")
+    for tool, package in (("nginx", "nginx-light"), ("wrk", "wrk"), ("taskset", "util-linux")):
+        if shutil.which(tool) is None:
+            raise BenchError(f"{tool} not found in PATH: apt-get install {package} (scripts/install.sh does it)")
+    check = subprocess.run([sys.executable, "-c", "import bcc, otelbpf"], capture_output=True, text=True, cwd=ROOT)
+    if check.returncode != 0:
+        raise BenchError(
+            f"{sys.executable} cannot import bcc and otelbpf: run with the project's venv (make bench, or .venv/bin/python)\n{check.stderr.strip()[-600:]}"
+        )
+
+
+#: Defaults of a full run, and of --quick (~1 min); an explicit flag wins over both.
+FULL = {"duration": 6, "rounds": 5, "rates": "2000,5000,10000,15000,20000", "loss_duration": 10, "refine": 2, "starts": 5, "warmup": 2, "no_idle": False}
+QUICK = {"duration": 3, "rounds": 1, "rates": "10000", "loss_duration": 3, "refine": 0, "starts": 1, "warmup": 1, "no_idle": True}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="nginx under wrk, traced by otelbpf vs not (see bench/README.md).")
+    f, q = FULL, QUICK
+    p.add_argument("--quick", action="store_true", help="short smoke run, about a minute (defaults in [] below)")
+    p.add_argument("--duration", type=int, help=f"seconds per saturation / half-load window, whole seconds (default {f['duration']} [{q['duration']}])")
+    p.add_argument("--rounds", type=int, help=f"off/on alternations at saturation and at half load (default {f['rounds']} [{q['rounds']}])")
+    p.add_argument("--rates", help=f"fixed rates (req/s) of the span-loss sweep, 10000 always added (default {f['rates']} [{q['rates']}])")
+    p.add_argument("--loss-duration", type=int, help=f"seconds per rate of the span-loss sweep (default {f['loss_duration']} [{q['loss_duration']}])")
+    p.add_argument("--refine", type=int, help=f"extra sweep runs bisecting between the highest loss-free and the lowest lossy rate (default {f['refine']} [{q['refine']}])")
+    p.add_argument("--starts", type=int, help=f"agent starts for the start-up time (default {f['starts']} [{q['starts']}])")
+    p.add_argument("--warmup", type=int, help=f"seconds of unmeasured load after nginx starts (default {f['warmup']} [{q['warmup']}])")
+    p.add_argument("--no-idle", action="store_true", default=None, help="skip the 'idle' mode at saturation (agent attached, tracing another process) (default: run it; --quick skips it)")
+    p.add_argument("--half-rate", type=float, help="fixed rate of part 2 (default: half the median saturated throughput with the agent off)")
+    p.add_argument("--only", default="saturation,fixed,loss,startup", help="parts to run, comma-separated (default: all four)")
+    p.add_argument("--quiet-wait", type=float, default=30.0, help="before each window, wait up to this long for other processes to use < 0.15 cores (default 30)")
+    p.add_argument("--noise-retries", type=int, default=2, help="repeat a window this many times while other processes used >= 0.15 cores during it (default 2)")
+    p.add_argument("--noise-budget", type=float, default=180.0, help="total seconds the run may spend on those waits and repeats (default 180)")
+    p.add_argument("--no-otlp", action="store_true", help="sweep the JSON-file sink only (default: JSON file, then OTLP/gRPC)")
+    p.add_argument("--threads", type=int, default=1, help="wrk threads at saturation (default 1)")
+    p.add_argument("--connections", type=int, default=50, help="wrk connections at saturation (default 50)")
+    p.add_argument("--rate-connections", type=int, default=300, help="wrk connections at fixed rates, enough that one is free at every slot (default 300)")
+    p.add_argument("--workers", type=int, default=1, help="nginx worker_processes (default 1)")
+    p.add_argument("--sendfile", action="store_true", help="nginx 'sendfile on' (default off, so the 4 KB body goes through writev and is captured)")
+    p.add_argument("--paths", default=",".join(DEFAULT_PATHS), help=f"request paths wrk cycles through (default {','.join(DEFAULT_PATHS)})")
+    p.add_argument("--target", choices=("pid", "comm"), default="pid", help="trace nginx by --pid (master and workers) or by --comm nginx (default pid)")
+    p.add_argument("--server-cpus", help="CPUs for nginx (default: the first available)")
+    p.add_argument("--client-cpus", help="CPUs for wrk and the OTLP receiver (default: the others)")
+    p.add_argument("--agent-cpus", default="server", help="CPUs for the agent: server, client, any, or a list (default server)")
+    p.add_argument("--no-pin", action="store_true", help="pin nothing")
+    p.add_argument("--agent-arg", action="append", default=[], help="extra argument for `otelbpf run` (repeatable), e.g. --agent-arg=--capture-bytes=512")
+    p.add_argument("--output", type=Path, help="JSON report path (default bench/results/nginx_wrk-<UTC time>.json)")
+    return p
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    for name, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    try:
+        rates = sorted({int(float(r)) for r in str(args.rates).split(",") if r.strip()} | {10000})
+    except ValueError:
+        parser.error(f"--rates {args.rates!r}: give numbers separated by commas")
+    if any(r <= 0 for r in rates):
+        parser.error("--rates must be positive")
+    args.rates = rates
+    args.paths = [p.strip() for p in str(args.paths).split(",") if p.strip()]
+    if not args.paths or any(not p.startswith("/") for p in args.paths):
+        parser.error("--paths: give absolute paths, e.g. /,/static/4k.txt")
+    args.only = {p.strip() for p in args.only.split(",") if p.strip()}
+    unknown = args.only - {"saturation", "fixed", "loss", "startup"}
+    if unknown:
+        parser.error(f"--only: unknown part(s) {sorted(unknown)}")
+    for name in ("duration", "rounds", "loss_duration", "threads", "connections", "rate_connections", "workers"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be >= 1")
+    if min(args.starts, args.refine, args.warmup, args.noise_retries, args.quiet_wait, args.noise_budget) < 0:
+        parser.error("--starts, --refine, --warmup, --noise-retries, --quiet-wait and --noise-budget must be >= 0")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = dt.datetime.now(dt.timezone.utc)
+    children = Children()
+
+    def on_term(signum, _frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with SIGINT ignored (a background job)
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+    workdir = Path(tempfile.mkdtemp(prefix="otelbpf-bench-nginx-"))
+    bench = None
+    code = 0
+    try:
+        preflight(args)
+        busy = system_busy_check()
+        bench = Bench(args, children, workdir)
+        bench.results["machine"] = machine_info()
+        bench.results["started"] = started.isoformat(timespec="seconds")
+        bench.results["command"] = [sys.executable, *sys.argv] if argv is None else ["nginx_wrk.py", *argv]
+        bench.results["config"] = {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
+        bench.results["layout"] = {"server": bench.layout.server, "client": bench.layout.client, "agent": bench.layout.agent, "description": bench.layout.describe()}
+        bench.results["idle_before_start"] = busy
+        say(f"otelbpf nginx/wrk benchmark -- {bench.results['machine']['summary']}")
+        if busy > 0.10:
+            say(f"WARNING: the machine was {busy:.0%} busy before the benchmark started: other work skews the numbers (alternation limits, does not remove, the effect)")
+        bench.start()
+        if "saturation" in args.only:
+            bench.saturation()
+        if "fixed" in args.only:
+            bench.fixed_rate()
+        if "loss" in args.only:
+            bench.loss_sweep()
+            bench.agent_cost()
+        if "startup" in args.only:
+            bench.startup()
+        bench.results["targets"] = bench.summary()
+        bench.results["noise"] = {"threshold_cores": NOISY_CORES, "seconds_spent": round(bench._noise_spent, 1)}
+    except KeyboardInterrupt:
+        say("\ninterrupted: stopping nginx, wrk and the agent ...")
+        code = 130
+    except BenchError as exc:
+        say(f"\nnginx_wrk: error: {exc}")
+        code = 2
+    finally:
+        children.stop_all()
+        if bench is not None:
+            bench.nginx.proc = None
+        shutil.rmtree(workdir, ignore_errors=True)
+    if bench is not None and code == 0:
+        bench.results["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+        bench.results["elapsed_s"] = round((dt.datetime.now(dt.timezone.utc) - started).total_seconds(), 1)
+        bench.print_summary()
+        path = args.output or RESULTS_DIR / f"nginx_wrk-{started.strftime('%Y%m%d-%H%M%S')}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(bench.results, indent=2) + "\n")
+        say(f"\nreport written to {path} ({bench.results['elapsed_s']:.0f}s)")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
