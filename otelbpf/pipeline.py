@@ -60,6 +60,8 @@ class Pipeline:
         )
         #: Spans whose request started and has not completed: id(exchange) -> start.
         self._open: dict[int, SpanStart] = {}
+        #: Spans built during the current handle() call (one counter update per batch).
+        self._spans_built = 0
         self.last_ts_ns = 0
 
     def handle(self, events: list[Event]) -> None:
@@ -92,6 +94,7 @@ class Pipeline:
                 self.last_ts_ns = event.ts_ns
         if truncated:
             self.counters.add("otelbpf.payload.truncated", truncated)
+        self._count_spans()
         if self.linker.pending_task_calls:
             self._release(self.linker.expire(self.last_ts_ns))
 
@@ -100,6 +103,12 @@ class Pipeline:
         undecided links are given up, held spans leave."""
         self.table.close_all(ts_ns or self.last_ts_ns)
         self._release(self.linker.expire(self.last_ts_ns, everything=True))
+        self._count_spans()
+
+    def _count_spans(self) -> None:
+        if self._spans_built:
+            self.counters.add("otelbpf.spans.created", self._spans_built)
+            self._spans_built = 0
 
     # -- session events -------------------------------------------------------
 
@@ -129,7 +138,7 @@ class Pipeline:
         if exchange.end_reason != "complete":
             self.counters.add("otelbpf.exchanges.incomplete", label=exchange.end_reason)
         span = http_span(start, exchange, conn, self.privacy)
-        self.counters.add("otelbpf.spans.created")
+        self._spans_built += 1
         self._emit(hold_or_release(span, start))
         self._release(settled)
 

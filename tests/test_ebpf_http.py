@@ -276,3 +276,15 @@ def test_duration_stops_cleanly(services, tmp_path):
     assert proc.wait(timeout=60) == 0, "".join(lines)
     assert any("probes attached" in line for line in lines)
     assert [s.attributes["url.path"] for s in spans_in_file(out)] == ["/items/2"]
+
+
+def test_all_traces_processes_started_later_but_never_the_agent(services, agent, tmp_path):
+    out = tmp_path / "spans.json"
+    run = agent(["--all", "--json-file", str(out)])
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])  # started after
+    subprocess.run(["curl", "-sf", "-o", "/dev/null", f"http://127.0.0.1:{backend.port}/items/all"], check=True)
+    assert run.stop() == 0
+    spans = [s for s in spans_in_file(out) if s.attributes.get("url.path") == "/items/all" or s.attributes.get("url.full", "").endswith("/items/all")]
+    assert {(s.resource["process.pid"], s.span.kind) for s in spans} >= {(backend.pid, SERVER)}
+    assert any(s.resource["process.executable.name"] == "curl" and s.span.kind == CLIENT for s in spans)
+    assert all(s.resource["process.pid"] != run.proc.pid for s in spans_in_file(out))
