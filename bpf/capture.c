@@ -1,8 +1,10 @@
 /* otelbpf kernel side: socket payload capture from syscall tracepoints.
  *
  * Design rules (DESIGN.md):
- *  - Tracepoints only (no kprobes/fentry on this class of kernels), and
- *    tracepoint arguments, user memory and the pt_regs only: the kernel
+ *  - Tracepoints only (no kprobes/fentry on this class of kernels): the
+ *    raw_syscalls sys_enter/sys_exit pair for the syscalls, sock:* and
+ *    sched:* for sockets and processes. Only tracepoint arguments, user
+ *    memory and the saved user registers (pt_regs) are read: the kernel
  *    headers BCC compiles against may not match the running kernel, so no
  *    kernel struct is ever dereferenced by header layout.
  *  - Filter first: every handler returns at once for untraced processes.
@@ -18,6 +20,7 @@
  * RINGBUF_PAGES, MAX_IOV, CAPTURE_UNIX.
  */
 #include <uapi/linux/ptrace.h>
+#include <asm/unistd.h>
 
 #include "capture.h"
 
@@ -66,6 +69,7 @@ enum io_kind {
     IO_IOV = 2,     /* readv/writev: iovec array */
     IO_MSG = 3,     /* recvmsg/sendmsg: user msghdr */
     IO_SENDFILE = 4,
+    IO_ACCEPT = 5,  /* accept/accept4: the new fd comes back at exit */
 };
 
 struct config {
@@ -84,6 +88,7 @@ struct active_io {
     __u16 family;
     __u8 protocol;
     __u8 kind;
+    __u8 direction;
 };
 
 struct conn_key {
@@ -258,40 +263,18 @@ static __always_inline void remember_role(__u32 tgid, int fd, __u8 role)
     conns.update(&key, &val);
 }
 
-static __always_inline int on_accept_exit(long ret)
-{
-    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    if (ret < 0 || !is_traced(tgid))
-        return 0;
-    remember_role(tgid, (int)ret, ROLE_ACCEPTED);
-    return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_accept4) { return on_accept_exit(args->ret); }
-TRACEPOINT_PROBE(syscalls, sys_exit_accept) { return on_accept_exit(args->ret); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_connect)
-{
-    __u32 tgid = bpf_get_current_pid_tgid() >> 32;
-    if (!is_traced(tgid))
-        return 0;
-    remember_role(tgid, (int)args->fd, ROLE_CONNECTED);
-    return 0;
-}
-
 /* ---- data syscalls ---- */
 
-static __always_inline int on_io_enter(int fd, __u64 buf, __u32 iovcnt, __u8 kind)
+/* Called for a traced process's syscall of interest: what its exit needs. */
+static __always_inline int on_io_enter(__u64 id, int fd, __u64 buf, __u32 iovcnt, __u8 kind, __u8 direction)
 {
-    __u64 id = bpf_get_current_pid_tgid();
-    if (!is_traced(id >> 32))
-        return 0;
     struct active_io io = {};
     io.enter_ts = bpf_ktime_get_ns();
     io.buf = buf;
     io.fd = fd;
     io.iovcnt = iovcnt;
     io.kind = kind;
+    io.direction = direction;
     if (active.update(&id, &io) != 0)
         count_stat(STAT_IO_MAP_FULL);
     return 0;
@@ -463,14 +446,19 @@ static __always_inline __u64 gather_iov(struct data_record *rec, __u64 iov_ptr, 
     return captured;
 }
 
-static __always_inline int on_io_exit(long ret, __u8 direction)
+static __always_inline int on_io_exit(__u64 id, long ret)
 {
-    __u64 id = bpf_get_current_pid_tgid();
     struct active_io *found = active.lookup(&id);
     if (!found)
         return 0;
     struct active_io io = *found;
     active.delete(&id);
+    if (io.kind == IO_ACCEPT) {
+        if (ret >= 0)
+            remember_role(id >> 32, (int)ret, ROLE_ACCEPTED);
+        return 0;
+    }
+    __u8 direction = io.direction;
     if (ret <= 0 || io.sk == 0 || !wanted_socket(&io))
         return 0;
 
@@ -525,53 +513,118 @@ static __always_inline int on_io_exit(long ret, __u8 direction)
     return 0;
 }
 
-TRACEPOINT_PROBE(syscalls, sys_enter_read) { return on_io_enter(args->fd, (__u64)args->buf, 0, IO_BUF); }
-TRACEPOINT_PROBE(syscalls, sys_exit_read) { return on_io_exit(args->ret, DIR_INGRESS); }
-TRACEPOINT_PROBE(syscalls, sys_enter_write) { return on_io_enter(args->fd, (__u64)args->buf, 0, IO_BUF); }
-TRACEPOINT_PROBE(syscalls, sys_exit_write) { return on_io_exit(args->ret, DIR_EGRESS); }
+/* ---- the syscalls: two raw tracepoints for all of them ----
+ *
+ * raw_syscalls sys_enter/sys_exit run for every syscall on the host, but skip
+ * the per-event work of the syscalls:* tracepoints (perf buffer, argument
+ * copies), which bench/probe_tax.py measured as the larger tax on a busy
+ * server. Each program first rejects syscalls it does not handle (a switch on
+ * the number, no memory access) and untraced processes. Arguments come from
+ * the saved user registers (struct pt_regs: the syscall ABI, stable across
+ * kernel versions), 32-bit compat syscalls (other numbers) are ignored.
+ */
 
-TRACEPOINT_PROBE(syscalls, sys_enter_recvfrom)
+static __always_inline __u64 syscall_arg(struct pt_regs *regs, int n)
 {
-    if (args->flags & MY_MSG_PEEK) /* the bytes will be read again */
-        return 0;
-    return on_io_enter(args->fd, (__u64)args->ubuf, 0, IO_BUF);
+    __u64 value = 0;
+    switch (n) {
+    case 1: bpf_probe_read_kernel(&value, sizeof(value), &PT_REGS_PARM1_SYSCALL(regs)); break;
+    case 2: bpf_probe_read_kernel(&value, sizeof(value), &PT_REGS_PARM2_SYSCALL(regs)); break;
+    case 3: bpf_probe_read_kernel(&value, sizeof(value), &PT_REGS_PARM3_SYSCALL(regs)); break;
+    case 4: bpf_probe_read_kernel(&value, sizeof(value), &PT_REGS_PARM4_SYSCALL(regs)); break;
+    }
+    return value;
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom) { return on_io_exit(args->ret, DIR_INGRESS); }
-TRACEPOINT_PROBE(syscalls, sys_enter_sendto) { return on_io_enter(args->fd, (__u64)args->buff, 0, IO_BUF); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendto) { return on_io_exit(args->ret, DIR_EGRESS); }
 
-TRACEPOINT_PROBE(syscalls, sys_enter_readv) { return on_io_enter(args->fd, (__u64)args->vec, args->vlen, IO_IOV); }
-TRACEPOINT_PROBE(syscalls, sys_exit_readv) { return on_io_exit(args->ret, DIR_INGRESS); }
-TRACEPOINT_PROBE(syscalls, sys_enter_writev) { return on_io_enter(args->fd, (__u64)args->vec, args->vlen, IO_IOV); }
-TRACEPOINT_PROBE(syscalls, sys_exit_writev) { return on_io_exit(args->ret, DIR_EGRESS); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_recvmsg)
+static __always_inline int is_native_syscall(struct pt_regs *regs)
 {
-    if (args->flags & MY_MSG_PEEK)
-        return 0;
-    return on_io_enter(args->fd, (__u64)args->msg, 0, IO_MSG);
+#if defined(bpf_target_x86)
+    __u64 cs = 0;
+    bpf_probe_read_kernel(&cs, sizeof(cs), &regs->cs);
+    return cs == 0x33; /* __USER_CS; ia32 compat calls come in on 0x23 */
+#elif defined(bpf_target_arm64)
+    __u64 pstate = 0;
+    bpf_probe_read_kernel(&pstate, sizeof(pstate), &regs->pstate);
+    return !(pstate & 0x10); /* PSR_MODE32_BIT */
+#else
+    return 1;
+#endif
 }
-TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg) { return on_io_exit(args->ret, DIR_INGRESS); }
-TRACEPOINT_PROBE(syscalls, sys_enter_sendmsg) { return on_io_enter(args->fd, (__u64)args->msg, 0, IO_MSG); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendmsg) { return on_io_exit(args->ret, DIR_EGRESS); }
 
-TRACEPOINT_PROBE(syscalls, sys_enter_sendfile64) { return on_io_enter(args->out_fd, 0, 0, IO_SENDFILE); }
-TRACEPOINT_PROBE(syscalls, sys_exit_sendfile64) { return on_io_exit(args->ret, DIR_EGRESS); }
-
-TRACEPOINT_PROBE(syscalls, sys_enter_close)
+static __always_inline int on_close(__u64 id, int fd)
 {
-    __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32;
-    if (!is_traced(tgid))
-        return 0;
-    struct conn_key key = {.tgid = tgid, .fd = (int)args->fd};
+    struct conn_key key = {.tgid = tgid, .fd = fd};
     struct conn_val *known = conns.lookup(&key);
     if (!known)
         return 0;
     if (known->conn_id)
-        emit_close(tgid, (__u32)id, key.fd, known->conn_id);
+        emit_close(tgid, (__u32)id, fd, known->conn_id);
     conns.delete(&key);
     return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sys_enter)
+{
+    long nr = (long)ctx->args[1];
+    switch (nr) {
+    case __NR_read: case __NR_write: case __NR_readv: case __NR_writev:
+    case __NR_recvfrom: case __NR_sendto: case __NR_recvmsg: case __NR_sendmsg:
+    case __NR_sendfile: case __NR_close: case __NR_connect: case __NR_accept: case __NR_accept4:
+        break;
+    default:
+        return 0;
+    }
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+    if (!is_native_syscall(regs))
+        return 0;
+    int fd = (int)syscall_arg(regs, 1);
+    switch (nr) {
+    case __NR_read:
+        return on_io_enter(id, fd, syscall_arg(regs, 2), 0, IO_BUF, DIR_INGRESS);
+    case __NR_write:
+        return on_io_enter(id, fd, syscall_arg(regs, 2), 0, IO_BUF, DIR_EGRESS);
+    case __NR_readv:
+        return on_io_enter(id, fd, syscall_arg(regs, 2), (__u32)syscall_arg(regs, 3), IO_IOV, DIR_INGRESS);
+    case __NR_writev:
+        return on_io_enter(id, fd, syscall_arg(regs, 2), (__u32)syscall_arg(regs, 3), IO_IOV, DIR_EGRESS);
+    case __NR_recvfrom:
+        if (syscall_arg(regs, 4) & MY_MSG_PEEK) /* the bytes will be read again */
+            return 0;
+        return on_io_enter(id, fd, syscall_arg(regs, 2), 0, IO_BUF, DIR_INGRESS);
+    case __NR_sendto:
+        return on_io_enter(id, fd, syscall_arg(regs, 2), 0, IO_BUF, DIR_EGRESS);
+    case __NR_recvmsg:
+        if (syscall_arg(regs, 3) & MY_MSG_PEEK)
+            return 0;
+        return on_io_enter(id, fd, syscall_arg(regs, 2), 0, IO_MSG, DIR_INGRESS);
+    case __NR_sendmsg:
+        return on_io_enter(id, fd, syscall_arg(regs, 2), 0, IO_MSG, DIR_EGRESS);
+    case __NR_sendfile:
+        return on_io_enter(id, fd, 0, 0, IO_SENDFILE, DIR_EGRESS);
+    case __NR_accept:
+    case __NR_accept4:
+        return on_io_enter(id, fd, 0, 0, IO_ACCEPT, DIR_INGRESS);
+    case __NR_connect:
+        remember_role(id >> 32, fd, ROLE_CONNECTED);
+        return 0;
+    case __NR_close:
+        return on_close(id, fd);
+    }
+    return 0;
+}
+
+RAW_TRACEPOINT_PROBE(sys_exit)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    /* Only syscalls whose enter left state here matter (the enter side did
+     * the number and compat checks). */
+    return on_io_exit(id, (long)ctx->args[1]);
 }
 
 /* ---- asyncio tasks: which coroutine a task step is running ----

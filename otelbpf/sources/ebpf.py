@@ -118,7 +118,7 @@ class EbpfSource:
             raise CaptureError(f"loading the eBPF program failed: {exc} (run `otelbpf doctor`)") from exc
         self._configure_filter()
         self._callback = self._bpf["events"].open_ring_buffer(self._on_record)
-        self.probe_count = self._bpf.num_open_tracepoints()
+        self.probe_count = self._bpf.num_open_tracepoints() + len(self._bpf.raw_tracepoint_fds)
         for pid in self._initial_pids:
             # attach the asyncio probes before the first request, not at first sight
             self.watch_process(pid)
