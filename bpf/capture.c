@@ -33,6 +33,9 @@
 #ifndef MAX_IOV
 #define MAX_IOV 8
 #endif
+#ifndef PID_MAX
+#define PID_MAX 4194304
+#endif
 #ifndef CAPTURE_UNIX
 #define CAPTURE_UNIX 1
 #endif
@@ -130,7 +133,10 @@ struct conn_record {
 };
 
 BPF_ARRAY(config_map, struct config, 1);
-BPF_HASH(traced_tgids, __u32, __u8, 65536);
+/* Indexed by tgid (0 = not traced, else TRACED_BY_*): an array, so the
+ * filter that runs on every syscall of the host is a bounds check and a
+ * load, not a hash lookup. Sized to the host's pid_max. */
+BPF_ARRAY(traced_tgids, __u8, PID_MAX);
 BPF_HASH(traced_comms, struct comm_key, __u8, 256);
 BPF_HASH(active, __u64, struct active_io, 16384);
 BPF_TABLE("lru_hash", struct conn_key, struct conn_val, conns, 65536);
@@ -158,7 +164,21 @@ static __always_inline int is_traced(__u32 tgid)
         return 0;
     if (cfg->mode == MODE_ALL)
         return tgid != cfg->agent_tgid;
-    return traced_tgids.lookup(&tgid) != 0;
+    __u8 *reason = traced_tgids.lookup(&tgid);
+    return reason && *reason;
+}
+
+static __always_inline void set_traced(__u32 tgid, __u8 reason)
+{
+    __u8 *slot = traced_tgids.lookup(&tgid);
+    if (slot)
+        *slot = reason;
+}
+
+static __always_inline __u8 traced_reason(__u32 tgid)
+{
+    __u8 *slot = traced_tgids.lookup(&tgid);
+    return slot ? *slot : 0;
 }
 
 /* ---- process lifecycle: keep traced_tgids right for new processes ---- */
@@ -169,12 +189,9 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
      * traced. child_pid may be a thread of the same process: that entry is
      * harmless and goes away when the thread exits (sched_process_exit). */
     __u32 parent_tgid = bpf_get_current_pid_tgid() >> 32;
-    __u8 *reason = traced_tgids.lookup(&parent_tgid);
-    if (!reason)
-        return 0;
-    __u32 child = args->child_pid;
-    __u8 value = *reason;
-    traced_tgids.update(&child, &value);
+    __u8 reason = traced_reason(parent_tgid);
+    if (reason)
+        set_traced(args->child_pid, reason);
     return 0;
 }
 
@@ -184,17 +201,13 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     __u32 tgid = bpf_get_current_pid_tgid() >> 32;
     struct comm_key key = {};
     bpf_get_current_comm(&key.comm, sizeof(key.comm));
+    __u8 reason = traced_reason(tgid);
     if (traced_comms.lookup(&key)) {
-        __u8 *reason = traced_tgids.lookup(&tgid);
-        if (!reason) {
-            __u8 value = TRACED_BY_COMM;
-            traced_tgids.update(&tgid, &value);
-        }
-        return 0;
+        if (!reason)
+            set_traced(tgid, TRACED_BY_COMM);
+    } else if (reason == TRACED_BY_COMM) {
+        set_traced(tgid, 0);
     }
-    __u8 *reason = traced_tgids.lookup(&tgid);
-    if (reason && *reason == TRACED_BY_COMM)
-        traced_tgids.delete(&tgid);
     return 0;
 }
 
@@ -205,7 +218,7 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     __u32 tid = (__u32)id;
     if (!is_traced(tgid))
         return 0;
-    traced_tgids.delete(&tid);
+    set_traced(tid, 0);
     if (!args->group_dead)
         return 0;
     struct event_hdr *rec = events.ringbuf_reserve(sizeof(struct event_hdr));
@@ -306,16 +319,19 @@ TRACEPOINT_PROBE(sock, sock_send_length)
 #if HAVE_SK_DATA_READY && CAPTURE_UNIX
 /* A Unix-socket write wakes the receiving socket inside the writer's
  * syscall: that names the other end of the connection, which user space
- * uses to pair a client with its server. */
-TRACEPOINT_PROBE(sock, sk_data_ready)
+ * uses to pair a client with its server. A raw tracepoint (it fires for
+ * every segment any socket on the host receives, so it must be cheap):
+ * only the sock pointer is used, and only when the current thread is in a
+ * traced write; the exit keeps it only for Unix sockets. */
+RAW_TRACEPOINT_PROBE(sk_data_ready)
 {
-    if (args->family != MY_AF_UNIX)
-        return 0;
     __u64 id = bpf_get_current_pid_tgid();
     struct active_io *io = active.lookup(&id);
-    if (!io || io->sk == (__u64)args->skaddr)
+    if (!io || io->direction != DIR_EGRESS)
         return 0;
-    io->peer_sk = (__u64)args->skaddr;
+    __u64 sk = (__u64)ctx->args[0];
+    if (sk != io->sk)
+        io->peer_sk = sk;
     return 0;
 }
 #endif
@@ -461,6 +477,8 @@ static __always_inline int on_io_exit(__u64 id, long ret)
     __u8 direction = io.direction;
     if (ret <= 0 || io.sk == 0 || !wanted_socket(&io))
         return 0;
+    if (io.family != MY_AF_UNIX)
+        io.peer_sk = 0; /* a TCP receiver woken on loopback is not a pairing */
 
     __u64 conn_id = connection_for(id, &io);
     if (!conn_id)

@@ -64,6 +64,15 @@ class CaptureConfig:
                 raise ValueError(f"--pid {pid}: not a process id")
 
 
+def pid_max() -> int:
+    """The host's highest pid + 1 (sizes the in-kernel traced-process array)."""
+    try:
+        with open("/proc/sys/kernel/pid_max") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 4194304
+
+
 def monotonic_to_realtime_offset() -> int:
     """Nanoseconds to add to CLOCK_MONOTONIC (bpf_ktime_get_ns) to get unix time."""
     best = None
@@ -108,6 +117,7 @@ class EbpfSource:
             f"-DCAPTURE_BYTES={self.config.capture_bytes}",
             f"-DRINGBUF_PAGES={pages}",
             f"-DCAPTURE_UNIX={int(self.config.capture_unix)}",
+            f"-DPID_MAX={pid_max()}",
             f"-DHAVE_SK_DATA_READY={int(Path('/sys/kernel/tracing/events/sock/sk_data_ready').is_dir())}",
             
             "-Wno-macro-redefined",
