@@ -175,3 +175,14 @@ def test_reads_hex_ids_back_to_bytes() -> None:
     assert parsed_span.trace_id == bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
     assert parsed_span.span_id == bytes.fromhex("b7ad6b7169203331")
     assert parsed_span.parent_span_id == bytes(8 * [7])
+
+
+def test_the_sink_writes_from_the_records_without_building_the_protobuf(tmp_path: Path) -> None:
+    batch = SpanBatch([span(1), span(2, attributes={"ratio": 0.5, "ok": True})], RESOURCES)
+    sink = JsonFileSink(tmp_path / "spans.jsonl")
+
+    assert sink.export(batch)
+    sink.shutdown()
+
+    assert batch._payload is None and batch._request is None  # no OTLP sink asked for it: never built
+    assert (tmp_path / "spans.jsonl").read_text() == to_otlp_json(batch.request) + "\n"

@@ -90,6 +90,35 @@ def test_grpc_sink_delivers_decodable_spans(otlp_receiver: OtlpReceiver) -> None
     assert_received_exactly(otlp_receiver, batch)
 
 
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_the_collector_receives_exactly_the_encoded_request(otlp_receiver: OtlpReceiver, protocol: str) -> None:
+    """The sinks send SpanBatch.payload, the bytes the wire encoder wrote, without re-encoding them."""
+    endpoint = otlp_receiver.grpc_endpoint if protocol == "grpc" else otlp_receiver.http_endpoint
+    sink = make_otlp_sink(endpoint, protocol)
+    batch = SpanBatch(
+        [span(0, pid=1, parent_span_id=bytes(8 * [3]), trace_state="k=v"), span(1, pid=2, name="ünï <&>"),
+         span(2, pid=1, attributes={"flag": True, "ratio": 0.5, "neg": -7, "s": ""})],
+        RESOURCES,
+    )
+
+    assert sink.export(batch) is True
+    sink.shutdown()
+
+    otlp_receiver.wait_for_spans(len(batch), timeout=10)
+    assert otlp_receiver.trace_requests == [batch.request]
+
+
+def test_grpc_sink_still_sends_a_request_message(otlp_receiver: OtlpReceiver) -> None:
+    """export_request takes an ExportTraceServiceRequest as before (serialized by the stub as the official one does)."""
+    sink = OtlpGrpcSink(otlp_receiver.grpc_endpoint)
+    batch = batch_of(4)
+
+    assert sink.export_request(batch.request) is True
+    sink.shutdown()
+
+    assert_received_exactly(otlp_receiver, batch)
+
+
 @pytest.mark.parametrize("suffix", ["", "/", "/v1/traces"])
 def test_http_sink_accepts_a_base_or_a_full_traces_url(otlp_receiver: OtlpReceiver, suffix: str) -> None:
     sink = OtlpHttpSink(otlp_receiver.http_endpoint + suffix)

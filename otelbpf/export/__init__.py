@@ -10,8 +10,8 @@ Typical wiring::
 
 from otelbpf.export.base import SpanBatch, SpanSink
 from otelbpf.export.console import ConsoleSink
-from otelbpf.export.encode import encode_request
-from otelbpf.export.jsonfile import JsonFileSink, from_otlp_json, read_json_file, to_otlp_json
+from otelbpf.export.encode import encode_request, serialize_request
+from otelbpf.export.jsonfile import JsonFileSink, encode_json_line, from_otlp_json, read_json_file, to_otlp_json
 from otelbpf.export.otlp import OtlpGrpcSink, OtlpHttpSink, make_otlp_sink, resolve_protocol
 from otelbpf.export.processor import BatchSpanProcessor
 
@@ -23,10 +23,12 @@ __all__ = [
     "OtlpHttpSink",
     "SpanBatch",
     "SpanSink",
+    "encode_json_line",
     "encode_request",
     "from_otlp_json",
     "make_otlp_sink",
     "read_json_file",
     "resolve_protocol",
+    "serialize_request",
     "to_otlp_json",
 ]

@@ -1,8 +1,10 @@
 """What the batch processor hands to sinks, and what a sink promises back.
 
 A ``SpanBatch`` is shared by every sink that exports it, so its OTLP encoding
-is built at most once (lazily: the console sink never needs it) and must be
-treated as read-only.
+is built at most once (lazily: the console and JSON file sinks never need
+it) and must be treated as read-only. The OTLP sinks send ``payload``, the
+serialized request; ``request`` is the same parsed into a message, for
+whoever wants one.
 
 A ``SpanSink`` answers ``export`` with ``True`` (delivered) or ``False``
 (failed, try again later). It never raises: the processor owns retries,
@@ -19,18 +21,19 @@ from typing import Sequence
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otelbpf.export.encode import encode_request
+from otelbpf.export.encode import serialize_request
 from otelbpf.model import ResourceLookup, SpanRecord
 
 
 class SpanBatch:
     """Spans to export together, plus how to name their processes."""
 
-    __slots__ = ("spans", "resources", "_request", "_encode_lock")
+    __slots__ = ("spans", "resources", "_payload", "_request", "_encode_lock")
 
     def __init__(self, spans: Sequence[SpanRecord], resources: ResourceLookup) -> None:
         self.spans: Sequence[SpanRecord] = spans
         self.resources = resources
+        self._payload: bytes | None = None
         self._request: ExportTraceServiceRequest | None = None
         self._encode_lock = threading.Lock()
 
@@ -38,12 +41,22 @@ class SpanBatch:
         return len(self.spans)
 
     @property
+    def payload(self) -> bytes:
+        """The serialized OTLP ``ExportTraceServiceRequest``, built on first use and shared by all sinks."""
+        if self._payload is None:
+            with self._encode_lock:
+                if self._payload is None:
+                    self._payload = serialize_request(self.spans, self.resources)
+        return self._payload
+
+    @property
     def request(self) -> ExportTraceServiceRequest:
-        """The OTLP encoding, built on first use and shared by all sinks (do not modify)."""
+        """``payload`` as a message, parsed on first use and shared (do not modify)."""
         if self._request is None:
+            payload = self.payload
             with self._encode_lock:
                 if self._request is None:
-                    self._request = encode_request(self.spans, self.resources)
+                    self._request = ExportTraceServiceRequest.FromString(payload)
         return self._request
 
     def without_oldest(self, count: int) -> SpanBatch:

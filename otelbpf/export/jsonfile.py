@@ -12,11 +12,20 @@ and from a Collector can be read by the same tools (the Collector's
   ``status`` objects are always present (the Collector emits ``"status":{}``);
 * ``<``, ``>``, ``&``, U+2028 and U+2029 escaped as Go's encoder does.
 
-Why not ``google.protobuf.json_format``: it writes ids as base64 and walks
-fields by reflection, several times slower than the direct walk below.
+The sink writes each line straight from the batch's SpanRecords and resource
+attributes (``encode_json_line``), without building the protobuf request:
+pre-rendered attribute fragments cached per (key, value) like the wire
+encoder's, ``json``'s C string escaper, one flat list of pieces joined once.
+Spans the fast path does not take (odd types, out-of-range numbers, strings
+that are not valid UTF-8) are rendered from the protobuf message path
+instead, so every line is exactly ``to_otlp_json(encode_request(...))``
+(tests/test_export_equivalence.py checks that for random spans).
 
-The writer covers the fields ``encode_request`` produces; the round-trip test
-in tests/test_export_jsonfile.py fails if the encoder starts filling one that
+``to_otlp_json`` writes a request that is already a message (the walk
+below). Why not ``google.protobuf.json_format``: it writes ids as base64 and
+walks fields by reflection, several times slower. The walk covers the fields
+``encode_request`` produces; the round-trip test in
+tests/test_export_jsonfile.py fails if the encoder starts filling one that
 is not written here.
 """
 
@@ -27,18 +36,45 @@ import json
 import logging
 import math
 import threading
+from json.encoder import encode_basestring as _json_string  # C; what json.dumps(ensure_ascii=False) uses
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
+import otelbpf
 from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
+from otelbpf.export.encode import (
+    _NOTHING,
+    _FragmentCache,
+    _fill_attributes_safely,
+    _span_message,
+    _text,
+    _Unusual,
+    group_spans,
+    resource_attributes,
+)
+from otelbpf.model import ResourceLookup, SpanRecord
 
 _log = logging.getLogger(__name__)
 
-_GO_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+_GO_ESCAPED = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
+
+
+def _go_escaped(text: str) -> str:
+    """``text`` with ``<``, ``>``, ``&``, U+2028 and U+2029 escaped as Go's JSON encoder does.
+
+    Each character is first looked for (a fast scan; usually none is there),
+    and only then replaced; no replacement contains any of them, so the order
+    does not matter.
+    """
+    if "<" in text or ">" in text or "&" in text or "\u2028" in text or "\u2029" in text:
+        for char, escaped in _GO_ESCAPED:
+            text = text.replace(char, escaped)
+    return text
 
 
 class JsonFileSink(SpanSink):
@@ -54,7 +90,7 @@ class JsonFileSink(SpanSink):
 
     def export(self, batch: SpanBatch) -> bool:
         try:
-            line = (to_otlp_json(batch.request) + "\n").encode("utf-8")
+            line = encode_json_line(batch.spans, batch.resources)
         except Exception as exc:  # noqa: BLE001 - a sink never raises
             self._failures.failed(type(exc).__name__, exc)
             return False
@@ -93,7 +129,15 @@ class JsonFileSink(SpanSink):
 def to_otlp_json(request: ExportTraceServiceRequest) -> str:
     """One line of Collector-style OTLP/JSON (no trailing newline)."""
     document = {"resourceSpans": [_resource_spans(rs) for rs in request.resource_spans]}
-    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).translate(_GO_ESCAPES)
+    return _go_escaped(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
+
+
+def encode_json_line(spans: Sequence[SpanRecord], resources: ResourceLookup) -> bytes:
+    """``(to_otlp_json(encode_request(spans, resources)) + "\\n").encode()``, written directly from the records."""
+    try:
+        return _json_line(spans, resources, checked=False)
+    except UnicodeEncodeError:  # a lone surrogate somewhere: find it and coerce like the protobuf path does
+        return _json_line(spans, resources, checked=True)
 
 
 def from_otlp_json(line: str) -> ExportTraceServiceRequest:
@@ -234,3 +278,199 @@ def _hex_ids_to_base64(message: dict[str, Any], keys: tuple[str, ...]) -> None:
         if value:
             message[key] = base64.b64encode(bytes.fromhex(value)).decode("ascii")
 
+
+
+# --- writer: records -> text, directly ----------------------------------------
+
+
+def _json_line(spans: Sequence[SpanRecord], resources: ResourceLookup, checked: bool) -> bytes:
+    """With ``checked``, each span and resource is checked for text UTF-8 cannot encode (lone surrogates,
+    which json keeps but protobuf refuses) and re-rendered by the message path, which replaces them."""
+    out = ['{"resourceSpans":[']
+    append = out.append
+    separator = ""
+    for pid, by_scope in group_spans(spans).items():
+        append(separator)
+        separator = ","
+        append('{"resource":')
+        append(_json_resource(resources, pid, checked))
+        append(',"scopeSpans":[')
+        scope_separator = ""
+        for scope, records in by_scope.items():
+            append(scope_separator)
+            scope_separator = ","
+            append(_json_scope_head(scope))
+            for span in records:
+                try:
+                    fragment = _json_span(span)
+                except Exception:  # noqa: BLE001 - anything unusual: from the message, as before
+                    fragment = _json_span_from_message(span)
+                if checked:
+                    try:
+                        fragment.encode()
+                    except UnicodeEncodeError:
+                        fragment = _json_span_from_message(span)
+                append(fragment)
+                append(",")
+            out[-1] = "]}"  # in place of the last span's comma
+        append("]}")
+    append("]}\n")
+    return _go_escaped("".join(out)).encode()
+
+
+_UINT64_MAX = 2**64 - 1
+_KIND_JSON = {0: "", **{kind: f',"kind":{kind}' for kind in range(1, 6)}}
+_STATUS_CODE_JSON = {0: "", 1: '"code":1', 2: '"code":2'}
+
+
+def _json_span(span: SpanRecord) -> str:
+    """A well-typed span's JSON object; raises for anything else (as ``_wire_span`` does)."""
+    trace_id, span_id = span.trace_id, span.span_id
+    if type(trace_id) is not bytes or len(trace_id) != 16 or type(span_id) is not bytes or len(span_id) != 8:
+        raise _Unusual
+    trace_state = span.trace_state
+    if trace_state:
+        if type(trace_state) is not str:
+            raise _Unusual
+        trace_state = ',"traceState":' + _json_string(trace_state)
+    else:
+        trace_state = ""
+    parent = span.parent_span_id
+    if parent:
+        if type(parent) is not bytes or len(parent) != 8:
+            raise _Unusual
+        parent = ',"parentSpanId":"' + parent.hex() + '"'
+    else:
+        parent = ""
+    name = span.name
+    if type(name) is not str:
+        raise _Unusual
+    name = ',"name":' + _json_string(name) if name else ""
+    start, end = span.start_ns, span.end_ns
+    if type(start) is not int or type(end) is not int or not (0 < start <= _UINT64_MAX and 0 < end <= _UINT64_MAX):
+        times = _json_times(start, end)
+    else:
+        times = f',"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}"'
+    attributes = span.attributes
+    attributes = ',"attributes":[' + _json_attributes(attributes) + "]" if attributes else ""
+    links = span.links
+    links = _json_links(links) if links else ""
+    code, message = span.status_code, span.status_message
+    if code or message:
+        if type(message) is not str:
+            raise _Unusual
+        code = _STATUS_CODE_JSON[code]
+        if message:
+            status = '{"message":' + _json_string(message) + ("," + code if code else "") + "}"
+        else:
+            status = "{" + code + "}"
+    else:
+        status = "{}"
+    return (
+        f'{{"traceId":"{trace_id.hex()}","spanId":"{span_id.hex()}"{trace_state}{parent}{name}'
+        f'{_KIND_JSON[span.kind]}{times}{attributes}{links},"status":{status}}}'
+    )
+
+
+def _json_times(start: object, end: object) -> str:
+    """Start and end when one is zero (left out) or either is not an int in uint64 range (raises)."""
+    out = ""
+    for key, value in (("startTimeUnixNano", start), ("endTimeUnixNano", end)):
+        if type(value) is not int or not 0 <= value <= _UINT64_MAX:
+            raise _Unusual
+        if value:
+            out += f',"{key}":"{value}"'
+    return out
+
+
+def _json_links(links: Sequence[object]) -> str:
+    rendered = []
+    for link in links:
+        trace_id, span_id = link.trace_id, link.span_id  # type: ignore[attr-defined]
+        if type(trace_id) is not bytes or type(span_id) is not bytes:
+            raise _Unusual
+        if len(trace_id) != 16 or len(span_id) != 8:
+            continue  # left out of the request, as by the encoder
+        attributes = link.attributes  # type: ignore[attr-defined]
+        attributes = ',"attributes":[' + _json_attributes(attributes) + "]" if attributes else ""
+        rendered.append(f'{{"traceId":"{trace_id.hex()}","spanId":"{span_id.hex()}"{attributes}}}')
+    return ',"links":[' + ",".join(rendered) + "]" if rendered else ""
+
+
+def _json_key_value(key: object, value: object) -> str:
+    """One attribute's JSON object, for a str/int/float/bool value; raises for anything else."""
+    if type(key) is not str:
+        raise _Unusual
+    kind = type(value)
+    if kind is str:
+        rendered = '{"stringValue":' + _json_string(value) + "}"
+    elif kind is int:
+        if not -(2**63) <= value < 2**63:  # type: ignore[operator]
+            raise _Unusual  # the message path writes it as a string
+        rendered = f'{{"intValue":"{value}"}}'
+    elif kind is bool:
+        rendered = '{"boolValue":true}' if value else '{"boolValue":false}'
+    elif kind is float:
+        rendered = '{"doubleValue":' + json.dumps(_json_double(value)) + "}"  # type: ignore[arg-type]
+    else:
+        raise _Unusual
+    return '{"key":' + _json_string(key) + ',"value":' + rendered + "}"
+
+
+_JSON_CACHE = _FragmentCache(_json_key_value)
+
+
+def _json_attributes(attributes: Mapping[str, object]) -> str:
+    """The comma-separated attribute objects; raises for any value the fast path does not take."""
+    strings, ints = _JSON_CACHE.strings, _JSON_CACHE.ints
+    fragments = []
+    append = fragments.append
+    for key, value in attributes.items():
+        fragment = (strings.get(key) or _NOTHING).get(value)
+        if fragment is None:
+            if type(value) is int:
+                fragment = (ints.get(key) or _NOTHING).get(value)
+            if fragment is None:
+                fragment = _JSON_CACHE.miss(key, value)
+        append(fragment)
+    return ",".join(fragments)
+
+
+def _json_resource(resources: ResourceLookup, pid: int, checked: bool) -> str:
+    attributes = resource_attributes(resources, pid)
+    try:
+        rendered = _json_attributes(attributes)
+        if checked:
+            rendered.encode()
+    except Exception:  # noqa: BLE001 - odd values: coerced by the message path, as before
+        message = Resource()
+        _fill_attributes_safely(message.attributes, attributes)
+        return _dumps(_attributes_object(message.attributes))
+    return '{"attributes":[' + rendered + "]}" if rendered else "{}"
+
+
+_SCOPE_HEADS: dict[str, str] = {}
+
+
+def _json_scope_head(scope: object) -> str:
+    """``{"scope":{...},"spans":[`` for a scope name (``_text`` makes any name valid UTF-8)."""
+    head = _SCOPE_HEADS.get(scope) if type(scope) is str else None  # type: ignore[call-overload]
+    if head is None:
+        scope_out: dict[str, str] = {}
+        name = _text(scope)
+        if name:
+            scope_out["name"] = name
+        if otelbpf.__version__:
+            scope_out["version"] = otelbpf.__version__
+        head = '{"scope":' + _dumps(scope_out) + ',"spans":['
+        if type(scope) is str and len(_SCOPE_HEADS) < 1024:
+            _SCOPE_HEADS[scope] = head
+    return head
+
+
+def _json_span_from_message(span: SpanRecord) -> str:
+    return _dumps(_span(_span_message(span)))
+
+
+def _dumps(document: object) -> str:
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
