@@ -114,12 +114,14 @@ def run_once(events: list, associate: bool) -> tuple[float, CountingConsumer]:
     return consumer.spans / elapsed, consumer
 
 
-def memory_per_open_request(count: int) -> float:
+def memory_per_open_request(count: int, associate: bool = True) -> float:
     """Bytes held per request that has been read and not answered."""
     events = workload(count, count)
     opens = [e for e in events if isinstance(e, ConnOpen)]
     first_reads = [e for e in events if isinstance(e, DataEvent)][:count]  # step 0 of every request
     pipeline = Pipeline(CountingConsumer(), ProcessResources(describe=lambda pid, comm: {}), Counters())
+    if not associate:
+        pipeline.linker = RootsOnly(pipeline.counters)
     pipeline.handle(opens)
     gc.collect()
     tracemalloc.start()
@@ -129,7 +131,7 @@ def memory_per_open_request(count: int) -> float:
     after = tracemalloc.take_snapshot()
     tracemalloc.stop()
     grown = sum(stat.size_diff for stat in after.compare_to(before, "filename"))
-    assert pipeline.linker.open_windows == count
+    assert not associate or pipeline.linker.open_windows == count
     return grown / count
 
 
@@ -153,7 +155,9 @@ def main() -> None:
     print(f"association off: {statistics.median(off):9.0f} spans/s")
     print(f"ratio on/off   : {statistics.median(on) / statistics.median(off):.2f}x")
     for count in (100, 1000):
-        print(f"memory per open request ({count} open): {memory_per_open_request(count):.0f} bytes")
+        total = memory_per_open_request(count)
+        without = memory_per_open_request(count, associate=False)
+        print(f"memory per open request ({count} open): {total:.0f} bytes, of which association {total - without:.0f}")
 
 
 if __name__ == "__main__":
