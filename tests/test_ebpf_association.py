@@ -101,9 +101,11 @@ def report(capsys, label: str, pairs: int, assigned: int, correct: int) -> None:
         print(f"\n[association] {label}: {pairs} true pairs, {assigned} assigned, {correct} correct: precision {precision:.1%}, recall {recall:.1%}")
 
 
-def test_threaded_gateway_under_concurrency_links_every_call(services, agent, tmp_path, capsys):
+def gateway_under_concurrency(services, agent, tmp_path, gateway_script: str):
+    """100 requests, 50 at a time, through ``gateway_script`` to a 50 ms backend,
+    both traced. Returns (spans, agent stats, gateway, backend)."""
     backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "50"])
-    gateway = services([str(EXAMPLES / "http_gateway.py"), "--port", "0", "--backend", f"127.0.0.1:{backend.port}"])
+    gateway = services([str(EXAMPLES / gateway_script), "--port", "0", "--backend", f"127.0.0.1:{backend.port}"])
     out = tmp_path / "spans.json"
     run = agent(["--pid", str(gateway.pid), "--pid", str(backend.pid), "--json-file", str(out)])
     result = subprocess.run(
@@ -112,32 +114,27 @@ def test_threaded_gateway_under_concurrency_links_every_call(services, agent, tm
     )
     assert result.stdout.strip() == "100"
     assert run.stop() == 0
-    spans = spans_in_file(out)
+    return spans_in_file(out), run.stats(), gateway, backend
+
+
+def test_threaded_gateway_under_concurrency_links_every_call(services, agent, tmp_path, capsys):
+    spans, stats, gateway, _ = gateway_under_concurrency(services, agent, tmp_path, "http_gateway.py")
     pairs, assigned, correct = association_quality(spans, gateway.pid)
     report(capsys, "threaded gateway, 50 concurrent", pairs, assigned, correct)
     assert pairs == 100
     assert correct == assigned == pairs  # precision and recall 100%
-    assert run.stats().get("otelbpf.association.ambiguous", 0) == 0
+    assert stats.get("otelbpf.association.ambiguous", 0) == 0
 
 
 def test_asyncio_gateway_never_links_a_wrong_parent(services, agent, tmp_path, capsys):
-    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "50"])
-    gateway = services([str(EXAMPLES / "asyncio_gateway.py"), "--port", "0", "--backend", f"127.0.0.1:{backend.port}"])
-    out = tmp_path / "spans.json"
-    run = agent(["--pid", str(gateway.pid), "--pid", str(backend.pid), "--json-file", str(out)])
-    result = subprocess.run(
-        [sys.executable, str(CLIENTS / "concurrent_client.py"), f"http://127.0.0.1:{gateway.port}", "100", "50"],
-        check=True, capture_output=True, text=True, timeout=120,
-    )
-    assert result.stdout.strip() == "100"
-    assert run.stop() == 0
-    spans = spans_in_file(out)
+    spans, stats, gateway, backend = gateway_under_concurrency(services, agent, tmp_path, "asyncio_gateway.py")
     pairs, assigned, correct = association_quality(spans, gateway.pid)
     report(capsys, "asyncio gateway (uvicorn+httpx), 50 concurrent", pairs, assigned, correct)
     assert pairs == 100
     assert correct == assigned  # precision 100%: never a wrong parent
-    ambiguous = run.stats().get("otelbpf.association.ambiguous", 0)
-    assert ambiguous == pairs - assigned  # every unlinked call is counted, not silently dropped
+    # the handler awaits the backend in the request's own task: the task probes link it
+    assert assigned >= 95
+    assert stats.get("otelbpf.association.ambiguous", 0) == pairs - assigned  # every unlinked call is counted
     # the backend side is always linked, through the connection pair
     backend_servers = [s for s in spans if s.resource["process.pid"] == backend.pid]
     assert len(backend_servers) == 100
