@@ -104,9 +104,11 @@ class ProcessExit:
 
 @dataclass(slots=True)
 class LostEvents:
-    """The kernel could not hand ``count`` events to us (ring buffer full)."""
+    """The source could not deliver ``count`` events (a source that learns of
+    loss in-band; the eBPF source reads the kernel's counter instead)."""
 
     count: int
+    ts_ns: int = 0
 
 
 Event = ConnOpen | ConnPeer | DataEvent | ConnClose | ProcessExit | LostEvents

@@ -90,8 +90,8 @@ class Pipeline:
                     self.on_process_exit(event.pid)
             elif kind is LostEvents:
                 self.counters.add("otelbpf.events.lost", event.count)
-            if kind is not LostEvents:
-                self.last_ts_ns = event.ts_ns
+                continue
+            self.last_ts_ns = event.ts_ns
         if truncated:
             self.counters.add("otelbpf.payload.truncated", truncated)
         self._count_spans()

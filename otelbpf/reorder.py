@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from otelbpf.events import Event, LostEvents
+from otelbpf.events import Event
 
 #: How long an event may lag behind a later one in the ring buffer.
 DEFAULT_WINDOW_NS = 5_000_000
@@ -32,20 +32,17 @@ class ReorderBuffer:
 
     def push(self, events: list[Event], now_ns: int | None = None) -> list[Event]:
         """Add a drained batch; return the events old enough to be in order."""
-        passthrough = [e for e in events if type(e) is LostEvents]
-        if passthrough:
-            events = [e for e in events if type(e) is not LostEvents]
         held = self._held
         held.extend(events)
         if not held:
-            return passthrough
+            return []
         held.sort(key=_ts)  # nearly sorted already: Timsort makes this ~linear
         cutoff = (now_ns if now_ns is not None else time.time_ns()) - self.window_ns
         split = len(held)
         while split and held[split - 1].ts_ns > cutoff:
             split -= 1
         ready, self._held = held[:split], held[split:]
-        return passthrough + ready
+        return ready
 
     def flush(self) -> list[Event]:
         """Everything held, in order (the agent is stopping)."""
