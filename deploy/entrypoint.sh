@@ -7,7 +7,7 @@ set -e
 kdir="/lib/modules/$(uname -r)"
 if [ ! -e "$kdir/build" ]; then
     mkdir -p "$kdir"
-    ln -sfn "$(ls -d /usr/src/linux-headers-*-amd64 | tail -n 1)" "$kdir/build"
+    ln -sfn "$(ls -d /usr/src/linux-headers-*-"$(dpkg --print-architecture)" | tail -n 1)" "$kdir/build"
     ln -sfn "$(ls -d /usr/src/linux-headers-*-common | tail -n 1)" "$kdir/source"
 fi
 mountpoint -q /sys/kernel/tracing || mount -t tracefs tracefs /sys/kernel/tracing || true

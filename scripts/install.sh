@@ -6,7 +6,7 @@
 #      demo, tests and benchmark drive (curl, nginx, wrk, iproute2, tcpdump).
 #   2. Kernel headers: BCC compiles its C programs against
 #      /lib/modules/$(uname -r)/build. When this kernel ships no headers, the
-#      nearest Debian headers (linux-headers-amd64) are linked there instead.
+#      nearest Debian headers (linux-headers-<arch>) are linked there instead.
 #      otelbpf never dereferences kernel structs by header layout, so the
 #      version mismatch is harmless (see DEVELOPERS.md, "Kernel headers").
 #   3. tracefs mounted at /sys/kernel/tracing.
@@ -23,7 +23,8 @@ if [ "$(id -u)" != 0 ]; then
     exit 1
 fi
 
-packages=(python3 python3-venv python3-bpfcc linux-headers-amd64 curl nginx-light wrk iproute2 tcpdump)
+arch=$(dpkg --print-architecture)   # amd64, arm64
+packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-light wrk iproute2 tcpdump)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -43,7 +44,7 @@ kdir="/lib/modules/$(uname -r)"
 if [ -e "$kdir/build/include/linux/kconfig.h" ] || [ -e "$kdir/build/include/generated/autoconf.h" ]; then
     say "kernel headers: $(readlink -f "$kdir/build")"
 else
-    arch_dir=$(ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sort -V | tail -n 1)
+    arch_dir=$(ls -d /usr/src/linux-headers-*-"$arch" 2>/dev/null | sort -V | tail -n 1)
     common_dir=$(ls -d /usr/src/linux-headers-*-common 2>/dev/null | sort -V | tail -n 1)
     if [ -z "$arch_dir" ] || [ -z "$common_dir" ]; then
         echo "install: no kernel headers for $(uname -r) and no Debian fallback in /usr/src" >&2
