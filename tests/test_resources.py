@@ -82,10 +82,15 @@ def test_service_name_precedence():
 
 def test_real_process_attributes_from_its_environment():
     proc = subprocess.Popen(
-        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        [sys.executable, "-c", "import sys; print('ready', flush=True); sys.stdin.read()"],
         stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
         env={**os.environ, "OTEL_SERVICE_NAME": "ranker", "OTEL_RESOURCE_ATTRIBUTES": "deployment.environment.name=prod"},
     )
+    # Popen returns while exec may still be setting up the new image (its
+    # environment is not readable yet): wait until the program runs, as the
+    # agent does (it reads a process when it first sees it on a socket).
+    assert proc.stdout.readline() == b"ready\n"
     try:
         attrs = process_attributes(proc.pid)
     finally:
