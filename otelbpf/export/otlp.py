@@ -63,6 +63,15 @@ from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
 
 _log = logging.getLogger(__name__)
 
+#: gRPC's own reconnect backoff grows to 120 s after a few failed attempts,
+#: so a collector that restarts would be reached minutes late while spans
+#: queue up. Cap it: reconnecting is cheap next to a full queue.
+RECONNECT_OPTIONS = (
+    ("grpc.initial_reconnect_backoff_ms", 500),
+    ("grpc.min_reconnect_backoff_ms", 500),
+    ("grpc.max_reconnect_backoff_ms", 5000),
+)
+
 GRPC = "grpc"
 HTTP_PROTOBUF = "http/protobuf"
 PROTOCOLS = (GRPC, HTTP_PROTOBUF)
@@ -166,7 +175,10 @@ class OtlpGrpcSink(_OtlpSink):
     ) -> None:
         headers = dict(headers) if headers else None
         super().__init__(
-            _RequestGrpcExporter(endpoint=endpoint, headers=headers, timeout=timeout_s, insecure=insecure), name
+            _RequestGrpcExporter(
+                endpoint=endpoint, headers=headers, timeout=timeout_s, insecure=insecure, channel_options=RECONNECT_OPTIONS
+            ),
+            name,
         )
 
 

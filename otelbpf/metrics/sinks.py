@@ -41,7 +41,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.sdk.metrics.export import MetricExportResult
 
 from otelbpf.export.jsonfile import JsonFileSink
-from otelbpf.export.otlp import GRPC, _library_log_filter, _OtlpSink, resolve_protocol
+from otelbpf.export.otlp import GRPC, RECONNECT_OPTIONS, _library_log_filter, _OtlpSink, resolve_protocol
 
 #: The HTTP metric exporter's own logger (the gRPC mixin's and the HTTP client's are filtered by otelbpf.export.otlp).
 logging.getLogger(http_metric_exporter.__name__).addFilter(_library_log_filter)
@@ -122,7 +122,11 @@ class OtlpGrpcMetricSink(_OtlpMetricSink):
         name: str = "otlp-metrics",
     ) -> None:
         exporter = _RequestGrpcMetricExporter(
-            endpoint=endpoint, headers=dict(headers) if headers else None, timeout=timeout_s, insecure=insecure
+            endpoint=endpoint,
+            headers=dict(headers) if headers else None,
+            timeout=timeout_s,
+            insecure=insecure,
+            channel_options=RECONNECT_OPTIONS,
         )
         super().__init__(exporter, name)  # type: ignore[arg-type]
 
