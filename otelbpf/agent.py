@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
-import threading
 import time
 from typing import Protocol
 
@@ -48,22 +48,33 @@ class Agent:
         self.counters = counters
         self.stats_interval_s = stats_interval_s
         self.flush_timeout_s = flush_timeout_s
-        self.stop_event = threading.Event()
+        #: Set by a signal handler or another thread. A plain attribute, not a
+        #: threading.Event: Event.set() from a signal handler deadlocks when the
+        #: main thread is inside Event.wait() holding the same lock.
+        self._stop_requested = False
         self.reorder = ReorderBuffer()
         self._kernel_lost_seen = 0
 
-    def request_stop(self, *_args) -> None:
-        self.stop_event.set()
+    def request_stop(self) -> None:
+        self._stop_requested = True
+
+    def _on_signal(self, signum, _frame) -> None:
+        """First SIGINT/SIGTERM: stop cleanly and flush. A second one while
+        flushing: leave at once (the operator has decided not to wait)."""
+        if self._stop_requested:
+            os.write(2, b"otelbpf: second signal, exiting without flushing\n")
+            os._exit(128 + signum)
+        self._stop_requested = True
 
     def install_signal_handlers(self) -> None:
-        signal.signal(signal.SIGINT, self.request_stop)
-        signal.signal(signal.SIGTERM, self.request_stop)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
 
     def run(self, duration_s: float | None = None) -> None:
         deadline = time.monotonic() + duration_s if duration_s else None
         next_stats = time.monotonic() + self.stats_interval_s if self.stats_interval_s else None
         next_kernel_sync = time.monotonic() + 1.0
-        while not self.stop_event.is_set():
+        while not self._stop_requested:
             tick = time.monotonic()
             self._drain_once()
             now = time.monotonic()
@@ -75,7 +86,7 @@ class Agent:
                 next_stats = now + self.stats_interval_s
             if deadline is not None and now >= deadline:
                 break
-            self.stop_event.wait(max(0.0, DRAIN_INTERVAL_S - (now - tick)))
+            time.sleep(max(0.0, DRAIN_INTERVAL_S - (now - tick)))
         self._drain_once()
         self.pipeline.handle(self.reorder.flush())
         self._sync_kernel_counters()
