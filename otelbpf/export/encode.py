@@ -300,6 +300,21 @@ class _FragmentCache:
         self._size = 0
         self._overflows = 0
 
+    def fragments(self, attributes: Mapping[str, Any], fragments: list) -> list:
+        """Append the rendering of every attribute to ``fragments`` (cached
+        where possible); raises for any value the fast path does not take."""
+        strings, ints, miss = self.strings, self.ints, self.miss
+        append = fragments.append
+        for key, value in attributes.items():
+            fragment = (strings.get(key) or _NOTHING).get(value)
+            if fragment is None:
+                if type(value) is int:
+                    fragment = (ints.get(key) or _NOTHING).get(value)
+                if fragment is None:
+                    fragment = miss(key, value)
+            append(fragment)
+        return fragments
+
     def miss(self, key: Any, value: Any) -> Any:
         fragment = self._render(key, value)  # raises for what the fast path does not take
         kind = type(value)
@@ -341,18 +356,8 @@ _NOTHING: dict[Any, Any] = {}
 
 def _wire_attributes(attributes: Mapping[str, Any], tag: bytes) -> bytes:
     """The repeated ``KeyValue`` field ``tag`` for ``attributes``; raises for any value the fast path does not take."""
-    strings, ints = _WIRE_CACHE.strings, _WIRE_CACHE.ints
-    fragments = [b""]  # so that the join puts the tag before every fragment
-    append = fragments.append
-    for key, value in attributes.items():
-        fragment = (strings.get(key) or _NOTHING).get(value)
-        if fragment is None:
-            if type(value) is int:
-                fragment = (ints.get(key) or _NOTHING).get(value)
-            if fragment is None:
-                fragment = _WIRE_CACHE.miss(key, value)
-        append(fragment)
-    return tag.join(fragments)
+    # the leading b"" makes the join put the tag before every fragment
+    return tag.join(_WIRE_CACHE.fragments(attributes, [b""]))
 
 
 def _wire_resource(resources: ResourceLookup, pid: int) -> bytes:

@@ -38,7 +38,7 @@ import math
 import threading
 from json.encoder import encode_basestring as _json_string  # C; what json.dumps(ensure_ascii=False) uses
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -48,7 +48,6 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 import otelbpf
 from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
 from otelbpf.export.encode import (
-    _NOTHING,
     _FragmentCache,
     _fill_attributes_safely,
     _span_message,
@@ -89,8 +88,12 @@ class JsonFileSink(SpanSink):
         self._failures = FailureLog(_log, name)
 
     def export(self, batch: SpanBatch) -> bool:
+        return self._write(lambda: encode_json_line(batch.spans, batch.resources))
+
+    def _write(self, render: Callable[[], bytes]) -> bool:
+        """Render one line and append it whole; never raises (failures are logged once)."""
         try:
-            line = encode_json_line(batch.spans, batch.resources)
+            line = render()
         except Exception as exc:  # noqa: BLE001 - a sink never raises
             self._failures.failed(type(exc).__name__, exc)
             return False
@@ -422,18 +425,7 @@ _JSON_CACHE = _FragmentCache(_json_key_value)
 
 def _json_attributes(attributes: Mapping[str, object]) -> str:
     """The comma-separated attribute objects; raises for any value the fast path does not take."""
-    strings, ints = _JSON_CACHE.strings, _JSON_CACHE.ints
-    fragments = []
-    append = fragments.append
-    for key, value in attributes.items():
-        fragment = (strings.get(key) or _NOTHING).get(value)
-        if fragment is None:
-            if type(value) is int:
-                fragment = (ints.get(key) or _NOTHING).get(value)
-            if fragment is None:
-                fragment = _JSON_CACHE.miss(key, value)
-        append(fragment)
-    return ",".join(fragments)
+    return ",".join(_JSON_CACHE.fragments(attributes, []))
 
 
 def _json_resource(resources: ResourceLookup, pid: int, checked: bool) -> str:

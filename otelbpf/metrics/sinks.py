@@ -223,15 +223,7 @@ class MetricsJsonFileSink(JsonFileSink):
         super().__init__(path, name=name)
 
     def export(self, request: ExportMetricsServiceRequest) -> bool:  # type: ignore[override]
-        try:
-            line = (metrics_to_otlp_json(request) + "\n").encode("utf-8")
-        except Exception as exc:  # noqa: BLE001 - a sink never raises
-            self._failures.failed(type(exc).__name__, exc)
-            return False
-        with self._lock:
-            if self._file.closed:
-                return False
-            return self._append(line)
+        return self._write(lambda: (metrics_to_otlp_json(request) + "\n").encode("utf-8"))
 
 
 def metrics_json_path(traces_path: str | Path) -> Path:
