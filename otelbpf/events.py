@@ -3,6 +3,19 @@
 Sources decode their raw input into these and nothing else, so everything
 downstream (connections, protocols, spans) is the same whatever the source.
 Timestamps are CLOCK_REALTIME nanoseconds (sources convert from their clock).
+
+Families (docs/architecture.md, "The journey of an event"):
+
+* stream bytes: :class:`ConnOpen`, :class:`DataEvent`, :class:`ConnPeer`,
+  :class:`ConnClose` (TCP and Unix stream sockets, TLS plaintext);
+* datagrams: :class:`DatagramEvent` (UDP), one per datagram with its peer;
+* processes: :class:`ProcessStart`, :class:`ProcessExit`;
+* library calls seen by uprobes: :class:`CallEvent` (CUDA, NCCL, ...);
+* loss: :class:`LostEvents`.
+
+The pipeline dispatches on the event's type through one handler table
+(``otelbpf.pipeline``), so a new family is a new class here and one entry
+there.
 """
 
 from __future__ import annotations
@@ -20,6 +33,18 @@ class RoleHint(enum.IntEnum):
     UNKNOWN = 0
     ACCEPTED = 1  # the process accept()ed it: it is the server side
     CONNECTED = 2  # the process connect()ed it: it is the client side
+
+
+class Source(enum.IntEnum):
+    """Which probe family saw a payload.
+
+    Detection and muting are per connection *and* source: the same socket
+    carries TLS ciphertext (SOCKET) and, through the TLS library probes, its
+    plaintext (TLS); giving up on the first must not silence the second.
+    """
+
+    SOCKET = 0  # socket syscalls: the bytes read()/write() moved
+    TLS = 1  # TLS library uprobes (SSL_read/SSL_write): the plaintext
 
 
 class DataFlags(enum.IntFlag):
@@ -69,6 +94,37 @@ class DataEvent:
     flags: int = 0
     #: The asyncio task (its coroutine, opaque) whose step made the syscall; 0 if none.
     task_id: int = 0
+    #: Source (SOCKET, TLS) as a plain int.
+    source: int = 0
+
+    @property
+    def missing(self) -> int:
+        return self.total_len - len(self.data)
+
+
+@dataclass(slots=True)
+class DatagramEvent:
+    """One datagram a thread sent or received on a socket (UDP), with its peer.
+
+    ``conn_id`` names the socket (one per (pid, fd) sighting, as for streams);
+    the peer is per datagram, since one unconnected socket talks to many.
+    """
+
+    ts_ns: int
+    pid: int
+    tid: int
+    fd: int
+    conn_id: int
+    direction: Direction
+    #: Bytes of the datagram; ``len(data)`` of them were captured.
+    total_len: int
+    data: bytes
+    peer_addr: str = ""
+    peer_port: int = 0
+    family: int = 0
+    flags: int = 0
+    task_id: int = 0
+    source: int = 0
 
     @property
     def missing(self) -> int:
@@ -97,9 +153,42 @@ class ConnClose:
 
 
 @dataclass(slots=True)
+class ProcessStart:
+    """A traced process exists: it was exec()ed while traced, or was found at start-up.
+
+    Lets per-process probes (asyncio tasks, TLS, CUDA) attach before the
+    process touches a traced socket, or when it never does.
+    """
+
+    ts_ns: int
+    pid: int
+    comm: str = ""
+
+
+@dataclass(slots=True)
 class ProcessExit:
     ts_ns: int
     pid: int
+
+
+@dataclass(slots=True)
+class CallEvent:
+    """A library function call seen by a uprobe (and its return, when probed).
+
+    ``library`` and ``function`` are names resolved from the probe that fired
+    (the kernel sends a probe id); ``args`` are the raw argument registers
+    the probe read, ``ret`` the return value (0 when only the entry is probed).
+    """
+
+    ts_ns: int  # entry
+    end_ns: int  # return; equal to ts_ns for entry-only probes
+    pid: int
+    tid: int
+    library: str
+    function: str
+    args: tuple[int, ...] = ()
+    ret: int = 0
+    task_id: int = 0
 
 
 @dataclass(slots=True)
@@ -111,6 +200,8 @@ class LostEvents:
     ts_ns: int = 0
 
 
-Event = ConnOpen | ConnPeer | DataEvent | ConnClose | ProcessExit | LostEvents
+Event = (
+    ConnOpen | ConnPeer | DataEvent | DatagramEvent | ConnClose | ProcessStart | ProcessExit | CallEvent | LostEvents
+)
 
 FAMILY_NAMES = {socket.AF_INET: "inet", socket.AF_INET6: "inet6", socket.AF_UNIX: "unix"}

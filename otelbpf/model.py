@@ -60,6 +60,9 @@ class SpanRecord:
     links: list[SpanLink] = field(default_factory=list)
     #: Instrumentation scope name for the protocol that produced it.
     scope: str = "otelbpf"
+    #: Protocol id (``protocols/<id>``) that produced it: selects its metric
+    #: instruments (otelbpf/registry.py). Not exported as such.
+    protocol: str = ""
 
 
 def new_trace_id() -> bytes:
