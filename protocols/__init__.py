@@ -1,16 +1,36 @@
 """Pure protocol parsers: bytes and timestamps in, messages and exchanges out.
 
 Nothing here imports eBPF, OpenTelemetry or does I/O (see protocols/base.py).
+One package per protocol, named by its protocol id (``http1``); the agent
+registers each one in ``otelbpf/registry.py``.
 """
 
-from protocols.base import Detector, Direction, ExchangeCompleted, ExchangeStarted, Session
+from protocols.base import (
+    Detector,
+    Direction,
+    Exchange,
+    ExchangeAbandoned,
+    ExchangeCompleted,
+    ExchangeKind,
+    ExchangeProgress,
+    ExchangeStarted,
+    Outcome,
+    Phase,
+    Session,
+    Transport,
+)
 
-
-def detectors() -> list[Detector]:
-    """All protocol detectors, in the order they are tried."""
-    from protocols.http1 import HTTP1_DETECTOR
-
-    return [HTTP1_DETECTOR]
-
-
-__all__ = ["Detector", "Direction", "ExchangeCompleted", "ExchangeStarted", "Session", "detectors"]
+__all__ = [
+    "Detector",
+    "Direction",
+    "Exchange",
+    "ExchangeAbandoned",
+    "ExchangeCompleted",
+    "ExchangeKind",
+    "ExchangeProgress",
+    "ExchangeStarted",
+    "Outcome",
+    "Phase",
+    "Session",
+    "Transport",
+]

@@ -6,9 +6,10 @@ regex match over at most a few KiB: no decoding, no header parsing.
 
 from __future__ import annotations
 
-from protocols.base import Direction
+from protocols.base import Direction, Transport
 from protocols.http1.parse import looks_like_request_start, looks_like_response_start
 from protocols.http1.stitch import Http1Session
+from protocols.http1.types import PROTOCOL
 
 
 class Http1Detector:
@@ -18,9 +19,17 @@ class Http1Detector:
     target and `` HTTP/1.x``) means ``direction`` carries requests; a status
     line ``HTTP/1.x NNN`` means requests go the other way. The HTTP/2
     preface (``PRI * HTTP/2.0``), TLS records and binary data match neither.
+
+    ``body_limit``: bytes of each body its sessions keep on the messages (the
+    agent keeps none: HTTP/1 spans need only sizes; body data still flows as
+    ``ExchangeProgress`` events for consumers that want it).
     """
 
-    name = "http/1"
+    protocol = PROTOCOL
+    transports = Transport.STREAM
+
+    def __init__(self, body_limit: int = 0) -> None:
+        self.body_limit = body_limit
 
     def detect(self, direction: Direction, data: bytes) -> Direction | None:
         if looks_like_request_start(data):
@@ -30,4 +39,4 @@ class Http1Detector:
         return None
 
     def new_session(self, request_direction: Direction) -> Http1Session:
-        return Http1Session(request_direction)
+        return Http1Session(request_direction, body_limit=self.body_limit)

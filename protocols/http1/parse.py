@@ -4,13 +4,20 @@ Sans-IO, in the style of h11: :meth:`HttpParser.feed` takes the bytes one
 syscall moved and returns events; it never blocks, never does I/O and never
 raises on bad input (malformed input is counted in ``parse_errors``).
 
-Two events per message, always in this order and always paired:
+Events per message, always in this order:
 
 * :class:`HeadComplete` once the start line and headers are parsed, so the
   stitcher can start an exchange before a long body has crossed the socket;
+* :class:`BodyData` for every piece of (de-chunked) body as it arrives, with
+  the time of the syscall that moved it: a streamed response (SSE) is seen
+  chunk by chunk, its last chunk included, whatever its size;
 * :class:`MessageComplete` once the body is over, or once the parser gives up
-  on it (``complete=False``). Both events carry the *same* message object,
-  whose body fields keep filling in between the two.
+  on it (``complete=False``). HeadComplete and MessageComplete are always
+  paired and carry the *same* message object, whose body fields keep filling
+  in between the two.
+
+What to keep of a body is the consumer's decision: the parser only keeps the
+first ``body_limit`` bytes on ``message.body`` (the session sets it; 0 keeps none).
 
 Capture is lossy, so the parser also copes with bytes it never sees (the
 ``missing`` argument of ``feed``) and with bodies that skipped the traced
@@ -43,7 +50,9 @@ MAX_CHUNK_LINE = 4096
 #: Interim (1xx) statuses remembered per final response; more are not kept.
 MAX_INFORMATIONAL = 16
 
-STANDARD_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"})
+#: RFC 9110 methods, PATCH (RFC 5789) and QUERY: the set the HTTP semantic
+#: conventions know (tests check it matches otelbpf.semconv's).
+STANDARD_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY"})
 _STANDARD_METHOD_BYTES = frozenset(method.encode() for method in STANDARD_METHODS)
 
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"  # RFC 9110 tchar
@@ -127,13 +136,22 @@ class HeadComplete:
 
 
 @dataclass(slots=True)
+class BodyData:
+    """Body bytes of ``message`` (de-chunked), moved by a syscall at ``ts_ns``."""
+
+    message: HttpMessage
+    data: bytes
+    ts_ns: int
+
+
+@dataclass(slots=True)
 class MessageComplete:
     """A message is over: body done, or abandoned (``message.complete`` False)."""
 
     message: HttpMessage
 
 
-ParserEvent = HeadComplete | MessageComplete
+ParserEvent = HeadComplete | BodyData | MessageComplete
 
 
 class _State(enum.IntEnum):
@@ -160,8 +178,10 @@ class HttpParser:
     """Turns one direction's byte stream into HTTP requests or responses.
 
     ``kind`` says which: a request parser never sees responses and vice
-    versa. At most ``body_limit`` bytes of each body are kept (``body``);
-    ``body_size`` counts them all. Memory stays bounded whatever the input:
+    versa. Every captured body byte is reported as :class:`BodyData`; at most
+    ``body_limit`` bytes of each body are also kept on ``message.body``
+    (a convenience for consumers that want a prefix); ``body_size`` counts
+    them all. Memory stays bounded whatever the input:
     heads over ``max_head_size`` or with more than ``max_headers`` fields are
     parse errors, and the response parser remembers at most ``max_pending``
     request methods.
@@ -301,7 +321,7 @@ class HttpParser:
 
     def _consume_fixed_body(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
         count = min(len(data) - pos, self._remaining)
-        self._take_body(data, pos, count)
+        self._take_body(data, pos, count, ts_ns, events)
         if self._remaining == 0:
             self._finish(ts_ns, events)
         return pos + count
@@ -325,7 +345,7 @@ class HttpParser:
 
     def _consume_chunk_data(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
         count = min(len(data) - pos, self._remaining)
-        self._take_body(data, pos, count)
+        self._take_body(data, pos, count, ts_ns, events)
         if self._remaining == 0:
             self._remaining = 2
             self._state = _State.CHUNK_DATA_END
@@ -352,7 +372,7 @@ class HttpParser:
         return pos
 
     def _consume_until_close(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
-        self._take_body(data, pos, len(data) - pos)
+        self._take_body(data, pos, len(data) - pos, ts_ns, events)
         return len(data)
 
     def _take_section(
@@ -389,14 +409,18 @@ class HttpParser:
             return None, len(data)
         return section, pos if section is not None else len(data)
 
-    def _take_body(self, data: bytes, pos: int, count: int) -> None:
+    def _take_body(self, data: bytes, pos: int, count: int, ts_ns: int, events: list[ParserEvent]) -> None:
         message = self._message
         assert message is not None
+        if count <= 0:
+            return
+        part = data[pos : pos + count] if pos or count != len(data) else data
+        events.append(BodyData(message, part, ts_ns))
         room = self.body_limit - self._captured
-        if room > 0 and count > 0:
-            part = data[pos : pos + min(count, room)]
-            self._body_parts.append(part)
-            self._captured += len(part)
+        if room > 0:
+            kept = part if count <= room else part[:room]
+            self._body_parts.append(kept)
+            self._captured += len(kept)
         message.body_size += count
         self._remaining -= count
 

@@ -11,9 +11,19 @@ from __future__ import annotations
 
 from collections import deque
 
-from protocols.base import Direction, ExchangeCompleted, ExchangeStarted, SessionEvent
-from protocols.http1.parse import HeadComplete, HttpParser, ParserEvent
-from protocols.http1.types import HttpExchange, HttpRequest, HttpResponse
+from protocols.base import (
+    Direction,
+    ExchangeCompleted,
+    ExchangeKind,
+    ExchangeProgress,
+    ExchangeStarted,
+    Outcome,
+    Phase,
+    SessionEvent,
+    abandon,
+)
+from protocols.http1.parse import BodyData, HeadComplete, HttpParser, ParserEvent
+from protocols.http1.types import PROTOCOL, HttpExchange, HttpRequest, HttpResponse
 
 
 class Http1Session:
@@ -21,15 +31,21 @@ class Http1Session:
 
     Bytes moving in ``request_direction`` are requests, the other way
     responses. At most ``max_pending`` requests wait for a response; one
-    more ends the oldest with end_reason "evicted". After 101 Switching
+    more ends the oldest with outcome EVICTED. After 101 Switching
     Protocols or a CONNECT tunnel the connection no longer carries HTTP/1:
     its bytes are ignored (they are not errors).
+
+    Progress: the response's first byte (``Phase.RESPONSE_START``) and every
+    piece of request and response body (``REQUEST_BODY``, ``RESPONSE_BODY``,
+    with their data and time) are reported as ``ExchangeProgress``. At most
+    ``body_limit`` bytes of each body are also kept on the messages.
     """
 
-    protocol = "http/1"
+    protocol = PROTOCOL
 
     def __init__(self, request_direction: Direction, body_limit: int = 65536, max_pending: int = 256) -> None:
         self.request_direction = request_direction
+        self.kind = ExchangeKind.for_request(request_direction)
         self.max_pending = max_pending
         self._requests = HttpParser("request", body_limit)
         # The response parser forgets the oldest expected method exactly when
@@ -37,6 +53,7 @@ class Http1Session:
         self._responses = HttpParser("response", body_limit, max_pending=max_pending)
         self._pending: deque[HttpExchange] = deque()  # waiting for a final response head
         self._answering: HttpExchange | None = None  # final response head seen, body in progress
+        self._requesting: HttpExchange | None = None  # its request's body is being read
         self._stitch_errors = 0
         self._tunnelled = False
 
@@ -63,23 +80,29 @@ class Http1Session:
             self._requests.close()  # marks a request cut mid-body complete=False
             self._on_response_events(self._responses.close(), out, closed_ns=ts_ns)
         while self._pending:
-            self._end(self._pending.popleft(), "connection_closed", out, abandoned_ns=ts_ns)
+            out.append(abandon(self._pending.popleft(), Outcome.CONNECTION_CLOSED, ts_ns))
         return out
 
     def _on_request_events(self, events: list[ParserEvent], ts_ns: int, out: list[SessionEvent]) -> None:
         for event in events:
-            if type(event) is HeadComplete:
+            kind = type(event)
+            if kind is HeadComplete:
                 assert isinstance(event.message, HttpRequest)
                 self._start_exchange(event.message, ts_ns, out)
+            elif kind is BodyData:
+                exchange = self._requesting
+                if exchange is not None and exchange.request is event.message:
+                    out.append(ExchangeProgress(exchange, Phase.REQUEST_BODY, event.ts_ns, event.data))
             # MessageComplete: the request object the exchange holds is now final.
 
     def _start_exchange(self, request: HttpRequest, ts_ns: int, out: list[SessionEvent]) -> None:
-        exchange = HttpExchange(request=request, protocol=f"http/{request.version}")
+        exchange = HttpExchange(request=request, kind=self.kind)
         self._pending.append(exchange)
+        self._requesting = exchange
         self._responses.expect_response_to(request.method)
         out.append(ExchangeStarted(exchange))
         if len(self._pending) > self.max_pending:
-            self._end(self._pending.popleft(), "evicted", out, abandoned_ns=ts_ns)
+            out.append(abandon(self._pending.popleft(), Outcome.EVICTED, ts_ns))
 
     def _on_response_events(
         self, events: list[ParserEvent], out: list[SessionEvent], closed_ns: int | None = None
@@ -87,19 +110,26 @@ class Http1Session:
         """Pair response heads with the oldest pending request; end exchanges as responses end.
 
         A response that ends incomplete while the connection is open lost
-        capture (a gap, splice) but did end its exchange: "complete". Only at
-        close (``closed_ns`` given) was it cut short: "connection_closed".
+        capture (a gap, splice) but did end its exchange: COMPLETE. Only at
+        close (``closed_ns`` given) was it cut short: CONNECTION_CLOSED.
         """
         for event in events:
+            kind = type(event)
+            if kind is BodyData:
+                if self._answering is not None:
+                    out.append(ExchangeProgress(self._answering, Phase.RESPONSE_BODY, event.ts_ns, event.data))
+                continue
             response = event.message
             assert isinstance(response, HttpResponse)
-            if type(event) is HeadComplete:
+            if kind is HeadComplete:
                 self._answer_oldest(response)
+                if self._answering is not None:
+                    out.append(ExchangeProgress(self._answering, Phase.RESPONSE_START, response.start_ns))
             elif self._answering is not None:
                 if closed_ns is not None and not response.complete:
-                    self._end(self._answering, "connection_closed", out, abandoned_ns=closed_ns)
+                    out.append(abandon(self._answering, Outcome.CONNECTION_CLOSED, closed_ns))
                 else:
-                    self._end(self._answering, "complete", out)
+                    out.append(ExchangeCompleted(self._answering))
                 self._answering = None
 
     def _answer_oldest(self, response: HttpResponse) -> None:
@@ -109,8 +139,3 @@ class Http1Session:
         self._answering = self._pending.popleft()
         self._answering.response = response
 
-    @staticmethod
-    def _end(exchange: HttpExchange, reason: str, out: list[SessionEvent], abandoned_ns: int = 0) -> None:
-        exchange.end_reason = reason
-        exchange.abandoned_ns = abandoned_ns
-        out.append(ExchangeCompleted(exchange))

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from protocols.base import ExchangeKind, Outcome
+
+#: The protocol id, used everywhere this protocol is named (folder, spans, counters).
+PROTOCOL = "http1"
+
 
 @dataclass(slots=True)
 class HttpMessageBase:
@@ -16,7 +21,9 @@ class HttpMessageBase:
     #: Body length in bytes as it crossed the socket (decoded length for chunked),
     #: counting bytes that were not captured.
     body_size: int = 0
-    #: Captured prefix of the (de-chunked) body, at most the parser's body_limit.
+    #: Prefix of the (de-chunked) body kept for the consumer: at most the
+    #: ``body_limit`` the consumer gave the parser. Every captured body byte
+    #: is also reported as a ``BodyData`` event, whatever this keeps.
     body: bytes = b""
     #: Some body bytes were never seen (capture size, sendfile, gaps).
     body_truncated: bool = False
@@ -50,20 +57,25 @@ class HttpResponse(HttpMessageBase):
 
 @dataclass(slots=True)
 class HttpExchange:
-    """One request and its response, from one side of one connection."""
+    """One request and its response, from one side of one connection
+    (an ``Exchange`` of protocols/base.py)."""
 
     request: HttpRequest
     response: HttpResponse | None = None
-    #: Why the exchange ended: "complete", "connection_closed" (closed before
-    #: the response finished), "response_missing" (a later response or the
-    #: stream's end left it unanswered), "evicted" (too many outstanding).
-    end_reason: str = "complete"
-    protocol: str = "http/1.1"
-    #: When the stitcher gave up on the exchange ("connection_closed": the
-    #: close's timestamp; "evicted": the timestamp of the request that pushed
-    #: it out); 0 when its response ended it. Lets a span end at the moment
-    #: the exchange was abandoned rather than when its request ended.
+    #: SERVER when the traced process read the request, CLIENT when it wrote it.
+    kind: ExchangeKind = ExchangeKind.SERVER
+    #: How it ended: COMPLETE, CONNECTION_CLOSED (closed before the response
+    #: finished), RESPONSE_MISSING, EVICTED (too many outstanding), or what
+    #: the pipeline decided for an exchange its session never ended.
+    outcome: Outcome = Outcome.COMPLETE
+    protocol: str = PROTOCOL
+    #: When the exchange was given up (the close's timestamp; for EVICTED the
+    #: timestamp of the request that pushed it out); 0 when its response ended
+    #: it. Lets a span end at the moment it was abandoned rather than when its
+    #: request ended.
     abandoned_ns: int = 0
+    #: HTTP/1.x answers in order: no key, FIFO pairing.
+    correlation_key: None = None
 
     @property
     def start_ns(self) -> int:
@@ -77,3 +89,7 @@ class HttpExchange:
         if self.response is not None:
             end = max(end, self.response.end_ns)
         return end
+
+    def carrier(self) -> list[tuple[str, str]]:
+        """The request's headers: where trace context travels."""
+        return self.request.headers

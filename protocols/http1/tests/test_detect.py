@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocols import detectors
-from protocols.base import Direction
+from protocols.base import Direction, Transport
 from protocols.http1 import HTTP1_DETECTOR, Http1Detector, Http1Session
 from protocols.http1.parse import STANDARD_METHODS
 from protocols.http1.tests.messages import CURL_GET, HTTP10_CLOSE_DELIMITED, NGINX_200, REQUESTS_POST
@@ -73,5 +72,6 @@ def test_new_session_carries_the_request_direction() -> None:
     assert len(session.feed(OUT, CURL_GET, 1)) == 1
 
 
-def test_registered_with_the_protocol_package() -> None:
-    assert HTTP1_DETECTOR in detectors() and HTTP1_DETECTOR.name == "http/1"
+def test_detector_names_the_protocol_by_its_package() -> None:
+    assert HTTP1_DETECTOR.protocol == "http1" == Http1Session(IN).protocol
+    assert HTTP1_DETECTOR.transports == Transport.STREAM

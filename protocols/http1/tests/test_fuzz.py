@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocols.base import Direction, ExchangeCompleted, ExchangeStarted, SessionEvent
-from protocols.http1.parse import HeadComplete, HttpMessage, HttpParser, MessageComplete, ParserEvent
+from protocols.base import Direction, ExchangeAbandoned, ExchangeCompleted, ExchangeProgress, ExchangeStarted, SessionEvent
+from protocols.http1.parse import BodyData, HeadComplete, HttpMessage, HttpParser, MessageComplete, ParserEvent
 from protocols.http1.stitch import Http1Session
 from protocols.http1.tests.messages import (
     CHUNKED_POST,
@@ -62,16 +62,23 @@ _CHUNKS = st.lists(st.tuples(_CHUNK, _MISSING), max_size=25)
 
 
 class EventOrder:
-    """Checks that a parser reports each message's head, then its end, exactly once."""
+    """Checks that a parser reports each message's head, then its body data, then its end, exactly once,
+    and that the body data adds up to what was captured of the body."""
 
     def __init__(self) -> None:
         self.open: HttpMessage | None = None
+        self.body_bytes = 0
 
     def check(self, events: list[ParserEvent]) -> None:
         for event in events:
             if isinstance(event, HeadComplete):
                 assert self.open is None
                 self.open = event.message
+                self.body_bytes = 0
+            elif isinstance(event, BodyData):
+                assert event.message is self.open and event.data
+                self.body_bytes += len(event.data)
+                assert self.body_bytes <= event.message.body_size
             else:
                 assert isinstance(event, MessageComplete) and event.message is self.open
                 self.open = None
@@ -107,8 +114,10 @@ def test_session_survives_anything_and_ends_every_exchange_it_starts(chunks: lis
         for event in events:
             if isinstance(event, ExchangeStarted):
                 open_exchanges.add(id(event.exchange))
+            elif isinstance(event, ExchangeProgress):
+                assert id(event.exchange) in open_exchanges  # progress only between start and end
             else:
-                assert isinstance(event, ExchangeCompleted)
+                assert isinstance(event, (ExchangeCompleted, ExchangeAbandoned))
                 open_exchanges.remove(id(event.exchange))  # started before, ended once
 
     for ts, (is_request, data, missing) in enumerate(chunks):

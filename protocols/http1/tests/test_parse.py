@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from protocols.http1.parse import (
+    BodyData,
     MAX_HEAD_SIZE,
     HeadComplete,
     HttpParser,
@@ -41,6 +42,11 @@ from protocols.http1.tests.messages import (
     without_timestamps,
 )
 from protocols.http1.types import HttpRequest, HttpResponse
+
+
+def framing(events: list[ParserEvent]) -> list[ParserEvent]:
+    """The head and end events (body data left out)."""
+    return [e for e in events if not isinstance(e, BodyData)]
 
 # -- requests ---------------------------------------------------------------
 
@@ -126,8 +132,8 @@ def test_one_byte_chunks_give_the_same_requests() -> None:
 
 def test_pipelined_requests_in_one_chunk_produce_paired_events_in_order() -> None:
     parser = HttpParser("request")
-    events = parser.feed(CURL_GET + REQUESTS_POST + HEAD_REQUEST, 5)
-    assert [type(e) for e in events] == [HeadComplete, MessageComplete] * 3
+    events = framing(parser.feed(CURL_GET + REQUESTS_POST + HEAD_REQUEST, 5))
+    assert [type(e) for e in framing(events)] == [HeadComplete, MessageComplete] * 3
     assert [e.message.method for e in events[::2]] == ["GET", "POST", "HEAD"]
     assert all(head.message is done.message for head, done in zip(events[::2], events[1::2]))
 
@@ -137,10 +143,24 @@ def test_head_is_reported_before_the_body_arrives() -> None:
     parser = HttpParser("request")
     [started] = parser.feed(head + b"\r\n\r\n", 1)
     assert isinstance(started, HeadComplete) and started.message.body_size == 0
-    [finished] = parser.feed(body, 2)
+    [data, finished] = parser.feed(body, 2)
+    assert isinstance(data, BodyData) and (data.data, data.ts_ns) == (body, 2) and data.message is started.message
     assert isinstance(finished, MessageComplete) and finished.message is started.message
     assert finished.message.body == body
 
+
+def test_body_data_is_reported_in_full_with_each_chunk_time_whatever_is_kept() -> None:
+    chunked = (
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b"d\r\ndata: token1\n\r\n"
+    )
+    last = b"5a\r\n" + b"data: " + b"x" * 82 + b"\n\n" + b"\r\n0\r\n\r\n"
+    parser = HttpParser("response", body_limit=4)
+    events = parser.feed(chunked, 1) + parser.feed(last, 2)
+    pieces = [(e.data, e.ts_ns) for e in events if isinstance(e, BodyData)]
+    assert pieces == [(b"data: token1\n", 1), (b"data: " + b"x" * 82 + b"\n\n", 2)]
+    [done] = completed(events)
+    assert done.body == b"data" and done.body_size == 13 + 90  # kept: the consumer's 4 bytes
 
 def test_timestamps_follow_the_chunks_holding_first_head_end_and_last_bytes() -> None:
     head_end = REQUESTS_POST.index(b"\r\n\r\n") + 4
@@ -288,7 +308,7 @@ def test_interim_responses_are_recorded_on_the_final_one() -> None:
     assert parser.feed(CONTINUE, 1) == []
     assert parser.feed(EARLY_HINTS, 2) == []
     events = parser.feed(NGINX_200, 3)
-    assert [type(e) for e in events] == [HeadComplete, MessageComplete]
+    assert [type(e) for e in framing(events)] == [HeadComplete, MessageComplete]
     response = events[0].message
     assert isinstance(response, HttpResponse)
     assert (response.status, response.informational, response.start_ns) == (200, [100, 103], 3)
@@ -299,7 +319,7 @@ def test_101_switching_protocols_is_final_and_makes_the_stream_opaque() -> None:
     parser = HttpParser("response")
     parser.expect_response_to("GET")
     events = parser.feed(switching + b"\x81\x05hello", 1)
-    assert [type(e) for e in events] == [HeadComplete, MessageComplete]
+    assert [type(e) for e in framing(events)] == [HeadComplete, MessageComplete]
     assert events[1].message.status == 101
     assert parser.opaque
     assert parser.feed(b"\x81\x7e\x00\x80" + b"x" * 128, 2, missing=4096) == []
@@ -326,8 +346,8 @@ def test_connect_refused_is_an_ordinary_response() -> None:
 def test_http10_response_without_length_is_delimited_by_close() -> None:
     parser = HttpParser("response")
     parser.expect_response_to("GET")
-    assert [type(e) for e in parser.feed(HTTP10_CLOSE_DELIMITED, 1)] == [HeadComplete]
-    assert parser.feed(b"second part", 2) == []
+    assert [type(e) for e in framing(parser.feed(HTTP10_CLOSE_DELIMITED, 1))] == [HeadComplete]
+    assert framing(parser.feed(b"second part", 2)) == []
     [response] = completed(parser.close())
     assert isinstance(response, HttpResponse)
     assert response.body == b"first part, second part"
@@ -416,7 +436,7 @@ def test_missing_bytes_within_one_chunk_of_a_chunked_body_are_tolerated() -> Non
 def test_missing_bytes_over_chunk_framing_end_the_message_incomplete() -> None:
     cut = CHUNKED_RESPONSE.index(b"data: token1") + 2
     parser = HttpParser("response")
-    [_head] = parser.feed(CHUNKED_RESPONSE[:cut], 1)
+    [_head] = framing(parser.feed(CHUNKED_RESPONSE[:cut], 1))
     [response] = completed(parser.feed(b"", 2, missing=100))
     assert not response.complete and response.body_truncated and response.end_ns == 2
     assert parser.parse_errors == 1
@@ -443,7 +463,7 @@ def test_body_that_skipped_capture_is_abandoned_when_a_new_response_starts() -> 
     parser.expect_response_to("GET")
     parser.feed(head, 1)  # the body went out with splice(): never seen
     events = parser.feed(NO_CONTENT, 2)
-    assert [type(e) for e in events] == [MessageComplete, HeadComplete, MessageComplete]
+    assert [type(e) for e in framing(events)] == [MessageComplete, HeadComplete, MessageComplete]
     abandoned, next_response = events[0].message, events[2].message
     assert (abandoned.complete, abandoned.body_truncated, abandoned.end_ns) == (False, True, 1)
     assert next_response.status == 204

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from protocols.base import Direction, ExchangeCompleted, ExchangeStarted, SessionEvent
+from protocols.base import Direction, ExchangeAbandoned, ExchangeCompleted, ExchangeProgress, ExchangeStarted, Phase, SessionEvent
 from protocols.http1.stitch import Http1Session
 from protocols.http1.tests.messages import (
     CHUNKED_RESPONSE,
@@ -34,7 +34,12 @@ def started(events: list[SessionEvent]) -> list[HttpExchange]:
 
 
 def ended(events: list[SessionEvent]) -> list[HttpExchange]:
-    return [e.exchange for e in events if isinstance(e, ExchangeCompleted)]
+    return [e.exchange for e in events if isinstance(e, (ExchangeCompleted, ExchangeAbandoned))]
+
+
+def lifecycle(events: list[SessionEvent]) -> list[SessionEvent]:
+    """The start and end events (progress left out)."""
+    return [e for e in events if not isinstance(e, ExchangeProgress)]
 
 
 def response_of(exchange: HttpExchange) -> HttpResponse:
@@ -44,16 +49,16 @@ def response_of(exchange: HttpExchange) -> HttpResponse:
 
 def test_server_side_exchange_starts_at_the_request_head_and_ends_with_the_response() -> None:
     session = Http1Session(SERVER)
-    [start] = session.feed(IN, CURL_GET, 10)
+    [start] = lifecycle(session.feed(IN, CURL_GET, 10))
     assert isinstance(start, ExchangeStarted) and start.exchange.response is None
-    [end] = session.feed(OUT, NGINX_200, 20)
+    [end] = lifecycle(session.feed(OUT, NGINX_200, 20))
     assert isinstance(end, ExchangeCompleted) and end.exchange is start.exchange
     exchange = end.exchange
     assert exchange.request.target == "/v1/models?limit=10"
     assert exchange.response is not None and exchange.response.status == 200
-    assert (exchange.end_reason, exchange.protocol) == ("complete", "http/1.1")
+    assert (exchange.outcome, exchange.protocol, exchange.request.version) == ("complete", "http1", "1.1")
     assert (exchange.start_ns, exchange.end_ns) == (10, 20)
-    assert session.parse_errors == 0 and session.protocol == "http/1"
+    assert session.parse_errors == 0 and session.protocol == "http1"
 
 
 def test_client_side_requests_are_written_and_responses_read() -> None:
@@ -61,8 +66,8 @@ def test_client_side_requests_are_written_and_responses_read() -> None:
     assert len(started(session.feed(OUT, HTTP10_GET, 1))) == 1
     session.feed(IN, HTTP10_CLOSE_DELIMITED, 2)
     [exchange] = ended(session.close(3))
-    assert exchange.protocol == "http/1.0"
-    assert exchange.end_reason == "complete" and response_of(exchange).complete
+    assert exchange.request.version == "1.0"
+    assert exchange.outcome == "complete" and response_of(exchange).complete
     assert response_of(exchange).body == b"first part, "
     assert exchange.abandoned_ns == 0
 
@@ -72,7 +77,7 @@ def test_exchange_starts_before_a_slow_request_body_arrives() -> None:
     session = Http1Session(SERVER)
     [exchange] = started(session.feed(IN, head + b"\r\n\r\n", 1))
     assert exchange.request.body_size == 0
-    assert session.feed(IN, body, 2) == []
+    assert lifecycle(session.feed(IN, body, 2)) == []
     assert exchange.request.body == body and exchange.request.end_ns == 2
 
 
@@ -100,7 +105,7 @@ def test_keep_alive_conversation_split_anywhere_gives_the_same_exchanges() -> No
             events += session.feed(OUT, chunk, 2)
         assert session.parse_errors == 0
         return [
-            (e.request.target, e.request.body, response_of(e).status, response_of(e).body, e.end_reason)
+            (e.request.target, e.request.body, response_of(e).status, response_of(e).body, e.outcome)
             for e in ended(events)
         ]
 
@@ -117,7 +122,8 @@ def test_expect_100_continue_does_not_end_the_exchange() -> None:
     session = Http1Session(SERVER)
     session.feed(IN, head.replace(b"\r\nAccept: */*", b"\r\nExpect: 100-continue") + b"\r\n\r\n", 1)
     assert session.feed(OUT, CONTINUE, 2) == []
-    assert session.feed(IN, body, 3) == []
+    [progress] = session.feed(IN, body, 3)
+    assert isinstance(progress, ExchangeProgress) and (progress.phase, progress.data) == (Phase.REQUEST_BODY, body)
     [exchange] = ended(session.feed(OUT, NGINX_200, 4))
     assert response_of(exchange).informational == [100]
     assert exchange.request.body == body
@@ -139,7 +145,7 @@ def test_requests_beyond_max_pending_evict_the_oldest() -> None:
     [new] = started(events)
     [evicted] = ended(events)
     assert evicted.request.method == "GET" and new.request.method == "POST"
-    assert (evicted.end_reason, evicted.abandoned_ns, evicted.response) == ("evicted", 2, None)
+    assert (evicted.outcome, evicted.abandoned_ns, evicted.response) == ("evicted", 2, None)
     # The HEAD request is now the oldest: its answer must be framed without a body.
     done = ended(session.feed(OUT, NGINX_HEAD_200 + NGINX_200, 3))
     assert [(e.request.method, response_of(e).body_size) for e in done] == [
@@ -153,7 +159,7 @@ def test_close_mid_response_body_ends_the_exchange_as_connection_closed() -> Non
     session.feed(IN, CURL_GET, 1)
     session.feed(OUT, NGINX_200[:-10], 2)
     [exchange] = ended(session.close(3))
-    assert (exchange.end_reason, exchange.abandoned_ns) == ("connection_closed", 3)
+    assert (exchange.outcome, exchange.abandoned_ns) == ("connection_closed", 3)
     assert exchange.response is not None and not exchange.response.complete
 
 
@@ -161,7 +167,7 @@ def test_close_with_unanswered_requests_ends_them_all() -> None:
     session = Http1Session(SERVER)
     session.feed(IN, CURL_GET + HEAD_REQUEST + REQUESTS_POST[:-5], 1)
     done = ended(session.close(9))
-    assert [(e.request.method, e.response, e.end_reason) for e in done] == [
+    assert [(e.request.method, e.response, e.outcome) for e in done] == [
         ("GET", None, "connection_closed"),
         ("HEAD", None, "connection_closed"),
         ("POST", None, "connection_closed"),
@@ -174,7 +180,7 @@ def test_lost_sync_in_a_response_body_still_ends_its_exchange() -> None:
     session.feed(IN, CURL_GET, 1)
     cut = CHUNKED_RESPONSE.index(b"token1")  # inside the first chunk's data
     [exchange] = ended(session.feed(OUT, CHUNKED_RESPONSE[:cut], 2, missing=500))
-    assert exchange.end_reason == "complete"
+    assert exchange.outcome == "complete"
     assert exchange.response is not None and not exchange.response.complete
     assert session.parse_errors == 1
 
@@ -211,7 +217,7 @@ def test_after_an_upgrade_or_tunnel_the_connection_is_ignored(
     session = Http1Session(SERVER)
     session.feed(IN, request_bytes, 1)
     [exchange] = ended(session.feed(OUT, response_head, 2))
-    assert exchange.end_reason == "complete"
+    assert exchange.outcome == "complete"
     for ts in range(3, 10):
         assert session.feed(IN if ts % 2 else OUT, tunnel_bytes, ts, missing=100) == []
     assert session.feed(IN, CURL_GET, 10) == []
@@ -225,3 +231,20 @@ def test_parse_errors_sum_both_parsers_and_orphan_responses() -> None:
     session.feed(OUT, b"\x00\x01 junk\r\n\r\n", 2)  # response parser: 1
     session.feed(OUT, NO_CONTENT, 3)  # no request for it: 1
     assert session.parse_errors == 3
+
+
+def test_progress_reports_first_response_byte_and_every_body_chunk_with_its_time() -> None:
+    session = Http1Session(SERVER, body_limit=0)
+    [exchange] = started(session.feed(IN, CURL_GET, 1))
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    events = session.feed(OUT, head, 5)
+    events += session.feed(OUT, b"7\r\ndata: a\r\n", 6)
+    events += session.feed(OUT, b"7\r\ndata: b\r\n0\r\n\r\n", 9)
+    progress = [(e.phase, e.ts_ns, e.data) for e in events if isinstance(e, ExchangeProgress)]
+    assert progress == [
+        (Phase.RESPONSE_START, 5, b""),
+        (Phase.RESPONSE_BODY, 6, b"data: a"),
+        (Phase.RESPONSE_BODY, 9, b"data: b"),
+    ]
+    assert all(e.exchange is exchange for e in events)
+    assert ended(events) == [exchange] and response_of(exchange).body == b""  # nothing kept
