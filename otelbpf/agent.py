@@ -32,6 +32,22 @@ class Flushable(Protocol):
     def shutdown(self, timeout_s: float = ...) -> None: ...
 
 
+def live_pipeline(source, consumer, resources, counters, options=None, max_connections: int = 16384) -> Pipeline:
+    """A pipeline wired to a live source's hooks: muting a connection (per
+    source) whose protocol is unknown, and attaching / detaching per-process
+    probes as processes appear and exit."""
+    return Pipeline(
+        consumer,
+        resources,
+        counters,
+        options,
+        max_connections=max_connections,
+        on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id, conn.source),
+        on_new_process=source.watch_process,
+        on_process_exit=source.forget_process,
+    )
+
+
 class Agent:
     def __init__(
         self,

@@ -68,16 +68,29 @@ class _ProcessState:
     task_calls: list[SpanStart] = field(default_factory=list)
 
 
+#: Span kinds whose process received the request or message: they open a
+#: window (work done while serving it may be its child) and claim their sender.
+_RECEIVING = frozenset({SpanKind.SERVER, SpanKind.CONSUMER})
+#: Span kinds whose process sent it: offered to the receiving end for pairing.
+_SENDING = frozenset({SpanKind.CLIENT, SpanKind.PRODUCER})
+
+
 def pair_key(conn, kind: SpanKind) -> tuple | None:
     """The same value for both ends of one connection, seen from either end.
 
-    TCP: (server addr, server port, client addr, client port). Unix: the
+    TCP/UDP: (transport, server addr, server port, client addr, client port);
+    a CONSUMER pairs like a SERVER, a PRODUCER like a CLIENT. Unix: the
     server end's socket identity (a client learns it at its first write).
     """
+    if kind == SpanKind.CONSUMER:
+        kind = SpanKind.SERVER
+    elif kind == SpanKind.PRODUCER:
+        kind = SpanKind.CLIENT
     if conn.peer_port and conn.local_port:
+        transport = "udp" if conn.datagram else "tcp"
         if kind == SpanKind.SERVER:
-            return ("tcp", conn.local_addr, conn.local_port, conn.peer_addr, conn.peer_port)
-        return ("tcp", conn.peer_addr, conn.peer_port, conn.local_addr, conn.local_port)
+            return (transport, conn.local_addr, conn.local_port, conn.peer_addr, conn.peer_port)
+        return (transport, conn.peer_addr, conn.peer_port, conn.local_addr, conn.local_port)
     if kind == SpanKind.SERVER and conn.sock_id:
         return ("unix", conn.sock_id)
     if kind == SpanKind.CLIENT and conn.peer_sock_id:
@@ -101,47 +114,70 @@ class Linker:
 
     # -- starts -----------------------------------------------------------------
 
-    def start(self, conn, headers, kind: SpanKind, pid: int, tid: int, ts_ns: int, task_id: int = 0) -> SpanStart:
-        remote = extract_parent(headers)
+    def start(self, conn, exchange, kind: SpanKind, pid: int, tid: int, ts_ns: int, task_id: int = 0) -> SpanStart:
+        """Identity and parent of the span of ``exchange`` (an ``Exchange`` of
+        protocols/base.py), which started at ``ts_ns`` on ``conn``."""
+        remote = extract_parent(exchange.carrier())
+        pair = self._pair(conn, exchange, kind)
+        receiving = kind in _RECEIVING
         if remote is not None:
             start = SpanStart(TraceGroup(remote.trace_id, remote.trace_state), new_span_id(), remote.span_id, kind, pid, tid, PROPAGATED)
-            if kind == SpanKind.SERVER:
-                self._claim_client(conn)  # consume the pair so it cannot match a later request
-        elif kind == SpanKind.SERVER:
-            start = self._server_start(conn, pid, tid)
+            if receiving:
+                self._claim_client(pair)  # consume the pair so it cannot match a later request
+        elif receiving:
+            start = self._server_start(pair, kind, pid, tid)
         else:
-            start = self._client_start(pid, tid, task_id)
+            start = self._client_start(kind, pid, tid, task_id)
         start.start_ns = ts_ns
         start.task_id = task_id
-        if kind == SpanKind.SERVER:
+        if receiving:
             self._open_window(start)
-        else:
-            self._remember_client(conn, start)
+        elif kind in _SENDING:
+            self._remember_client(pair, start)
         return start
 
-    def _server_start(self, conn, pid: int, tid: int) -> SpanStart:
-        client = self._claim_client(conn)
-        if client is not None:
-            return SpanStart(client.group, new_span_id(), client.span_id, SpanKind.SERVER, pid, tid, CONNECTION)
-        return SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", SpanKind.SERVER, pid, tid)
+    def start_call(self, pid: int, tid: int, ts_ns: int, task_id: int = 0) -> SpanStart:
+        """Identity of an INTERNAL span for a library call (CUDA, NCCL, ...)
+        made by ``tid`` at ``ts_ns``: under the request that thread serves."""
+        start = self._client_start(SpanKind.INTERNAL, pid, tid, task_id)
+        start.start_ns = ts_ns
+        start.task_id = task_id
+        return start
 
-    def _client_start(self, pid: int, tid: int, task_id: int) -> SpanStart:
+    @staticmethod
+    def _pair(conn, exchange, kind: SpanKind) -> tuple | None:
+        """The key both ends of the exchange compute alike: the connection's
+        pair key, qualified by the exchange's correlation key when it has one
+        (an HTTP/2 stream id, ...)."""
+        key = pair_key(conn, kind)
+        correlation = exchange.correlation_key
+        if key is None or correlation is None:
+            return key
+        return (key, correlation)
+
+    def _server_start(self, pair: tuple | None, kind: SpanKind, pid: int, tid: int) -> SpanStart:
+        client = self._claim_client(pair)
+        if client is not None:
+            return SpanStart(client.group, new_span_id(), client.span_id, kind, pid, tid, CONNECTION)
+        return SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+
+    def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int) -> SpanStart:
         if task_id and self._task_decisions < MAX_TASK_DECISIONS:
-            return self._task_call(pid, tid)
+            return self._task_call(kind, pid, tid)
         parent, how = self._in_process_parent(pid, tid)
         if parent is not None:
-            return SpanStart(parent.group, new_span_id(), parent.span_id, SpanKind.CLIENT, pid, tid, how)
-        start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", SpanKind.CLIENT, pid, tid)
+            return SpanStart(parent.group, new_span_id(), parent.span_id, kind, pid, tid, how)
+        start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
         if how == AMBIGUOUS:
             start.association = AMBIGUOUS
             self.counters.add("otelbpf.association.ambiguous")
         return start
 
-    def _task_call(self, pid: int, tid: int) -> SpanStart:
+    def _task_call(self, kind: SpanKind, pid: int, tid: int) -> SpanStart:
         """A call from an asyncio task: its parent is decided when the task answers."""
         group = TraceGroup(new_trace_id())
         group.pending = 1
-        start = SpanStart(group, new_span_id(), b"", SpanKind.CLIENT, pid, tid)
+        start = SpanStart(group, new_span_id(), b"", kind, pid, tid)
         self._state(pid).task_calls.append(start)
         self._task_call_done[id(start)] = 0
         self._task_decisions += 1
@@ -184,8 +220,7 @@ class Linker:
         state.by_thread.setdefault(start.tid, []).append(start)
         state.open_count += 1
 
-    def _remember_client(self, conn, start: SpanStart) -> None:
-        key = pair_key(conn, SpanKind.CLIENT)
+    def _remember_client(self, key: tuple | None, start: SpanStart) -> None:
         if key is None:
             return
         if self._pending_count >= MAX_PENDING_CLIENTS:
@@ -195,8 +230,7 @@ class Linker:
         self._client_keys[id(start)] = key
         self._pending_count += 1
 
-    def _claim_client(self, conn) -> SpanStart | None:
-        key = pair_key(conn, SpanKind.SERVER)
+    def _claim_client(self, key: tuple | None) -> SpanStart | None:
         if key is None:
             return None
         queue = self._pending_clients.get(key)
@@ -217,7 +251,7 @@ class Linker:
     def end(self, start: SpanStart, ts_ns: int, task_id: int = 0) -> list[TraceGroup]:
         """The exchange completed at ``ts_ns`` (its last bytes written from
         ``task_id``). Returns groups whose pending decisions are now all made."""
-        if start.kind == SpanKind.SERVER:
+        if start.kind in _RECEIVING:
             settled = self._answer_task_calls(start, ts_ns, task_id) if task_id else []
             self._close_window(start)
             return settled

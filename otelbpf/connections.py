@@ -1,10 +1,15 @@
 """The bounded connection table: one entry per connection a traced process uses.
 
-A connection is keyed by the kernel's ``conn_id`` (unique per sighting of a
-(pid, fd) socket, so fd reuse starts a fresh entry). It holds the tuple, the
-process, and, once the first bytes have chosen one, the protocol session that
-turns its two byte streams into exchanges. Detection is by content: the first
-bytes in either direction are offered to every detector.
+A stream connection is keyed by the kernel's ``conn_id`` (unique per sighting
+of a (pid, fd) socket, so fd reuse starts a fresh entry) *and* the source
+that saw its bytes (socket syscalls, or the TLS library's plaintext): the
+same socket carries ciphertext and plaintext, and each is detected, parsed
+and muted on its own. A datagram socket (UDP) talks to many peers, so each
+(socket, source, peer) is its own entry, a *flow*, fed one datagram at a
+time. An entry holds the tuple, the process, and, once the first bytes have
+chosen one, the protocol session that turns its byte streams into exchanges.
+Detection is by content: the first bytes in either direction are offered to
+every detector registered for the transport (stream or datagram).
 
 The table is an LRU bounded by ``max_connections``; the least recently
 active connection is evicted (its open exchanges ended and counted) when a
@@ -18,11 +23,13 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Iterable
 
-from otelbpf.events import ConnOpen, DataEvent, DataFlags, RoleHint
+from otelbpf.events import ConnOpen, DatagramEvent, DataEvent, DataFlags, RoleHint, Source
 from otelbpf.selfmetrics import Counters
-from protocols.base import Detector, Direction, Session, SessionEvent
+from protocols.base import Detector, Direction, Outcome, Session, SessionEvent, Transport
 
 _SENDFILE = int(DataFlags.SENDFILE)
+#: Stream entries are keyed by ``conn_id * _SOURCES + source`` (an int: cheap to hash).
+_SOURCES = 4
 
 #: How many data events (and bytes per direction) to look at before deciding
 #: a connection carries no protocol we know.
@@ -48,6 +55,11 @@ class Connection:
         "session",
         "unrecognized",
         "sendfile_ns",
+        "source",
+        "datagram",
+        "key",
+        "exchanges",
+        "end_outcome",
         "_probe_events",
         "_parse_errors_seen",
     )
@@ -71,7 +83,17 @@ class Connection:
         #: Timestamp of the last sendfile() on this connection (0 = never):
         #: lets spans say their body moved without passing through userspace.
         self.sendfile_ns = 0
-        self._probe_events: list[DataEvent] = []
+        #: Which probe family feeds it (events.Source), and whether it is a datagram flow.
+        self.source = Source.SOCKET
+        self.datagram = False
+        #: Its key in the table.
+        self.key: int | tuple = conn_id * _SOURCES
+        #: Exchanges started and not yet ended, by id(): the pipeline's record,
+        #: so that it can end any a session leaves open (docs/architecture.md).
+        self.exchanges: dict[int, object] = {}
+        #: Why the connection is ending (set just before its session closes).
+        self.end_outcome = Outcome.CONNECTION_CLOSED
+        self._probe_events: list[DataEvent | DatagramEvent] = []
         self._parse_errors_seen = 0
 
     @classmethod
@@ -88,16 +110,38 @@ class Connection:
         conn.peer_sock_id = event.peer_sock_id
         return conn
 
+    def derived(self, key: int | tuple, source: int, opened_ns: int) -> "Connection":
+        """Another entry of the same socket (another source, or a datagram flow): same tuple and process."""
+        conn = Connection(self.conn_id, self.pid, self.fd, opened_ns)
+        conn.family = self.family
+        conn.local_addr = self.local_addr
+        conn.local_port = self.local_port
+        conn.peer_addr = self.peer_addr
+        conn.peer_port = self.peer_port
+        conn.role_hint = self.role_hint
+        conn.comm = self.comm
+        conn.sock_id = self.sock_id
+        conn.peer_sock_id = self.peer_sock_id
+        conn.source = source
+        conn.key = key
+        return conn
+
     @property
     def protocol(self) -> str:
         return self.session.protocol if self.session is not None else ""
 
 
-ExchangeHandler = Callable[[Connection, DataEvent | None, list[SessionEvent]], None]
+ExchangeHandler = Callable[[Connection, DataEvent | DatagramEvent | None, list[SessionEvent]], None]
 
 
 class ConnectionTable:
-    """Routes data events to per-connection protocol sessions."""
+    """Routes data events to per-connection (and per-flow) protocol sessions.
+
+    ``on_events(conn, event, session_events)`` gets what a session reported
+    (``event`` is None when the connection ended); ``on_ended(conn, ts_ns)``
+    is told once a connection's session has closed, so the pipeline can end
+    whatever the session left open.
+    """
 
     def __init__(
         self,
@@ -106,29 +150,40 @@ class ConnectionTable:
         counters: Counters,
         max_connections: int = 16384,
         on_unrecognized: Callable[[Connection], None] | None = None,
+        on_ended: Callable[[Connection, int], None] | None = None,
     ) -> None:
-        self.detectors = list(detectors)
+        detectors = list(detectors)
+        self.stream_detectors = [d for d in detectors if d.transports & Transport.STREAM]
+        self.datagram_detectors = [d for d in detectors if d.transports & Transport.DATAGRAM]
         self.on_events = on_events
+        self.on_ended = on_ended
         self.counters = counters
         self.max_connections = max_connections
         #: Told when a live connection is given up on (the eBPF source then
-        #: stops copying its payloads in the kernel).
+        #: stops copying its payloads in the kernel, for that source only).
         self.on_unrecognized = on_unrecognized
-        self._conns: OrderedDict[int, Connection] = OrderedDict()
+        self._conns: OrderedDict[int | tuple, Connection] = OrderedDict()
+        #: conn_id -> keys of its entries (sources, datagram flows), to close them all.
+        self._by_conn_id: dict[int, set[int | tuple]] = {}
         self._by_pid: dict[int, set[int]] = {}
 
     def __len__(self) -> int:
         return len(self._conns)
 
-    def get(self, conn_id: int) -> Connection | None:
-        return self._conns.get(conn_id)
+    def get(self, conn_id: int, source: int = Source.SOCKET) -> Connection | None:
+        return self._conns.get(conn_id * _SOURCES + source)
+
+    def connections(self) -> list[Connection]:
+        return list(self._conns.values())
 
     # -- lifecycle -------------------------------------------------------
 
     def open(self, event: ConnOpen) -> Connection:
-        old = self._conns.get(event.conn_id)
+        key = event.conn_id * _SOURCES
+        old = self._conns.get(key)
         if old is not None:
-            self._finish(old, event.ts_ns)
+            self._remove(old)
+            self._end_session(old, event.ts_ns)
         conn = Connection.from_open(event)
         self._insert(conn)
         return conn
@@ -137,39 +192,55 @@ class ConnectionTable:
         """Add ``conn``, evicting the least recently active ones beyond the bound."""
         while len(self._conns) >= self.max_connections:
             _, victim = self._conns.popitem(last=False)
-            self._forget_pid_link(victim)
+            self._forget_links(victim)
             self.counters.add("otelbpf.connections.evicted")
+            victim.end_outcome = Outcome.CONNECTION_EVICTED
             self._end_session(victim, conn.opened_ns)
-        self._conns[conn.conn_id] = conn
+        self._conns[conn.key] = conn
+        self._by_conn_id.setdefault(conn.conn_id, set()).add(conn.key)
         self._by_pid.setdefault(conn.pid, set()).add(conn.conn_id)
         self.counters.add("otelbpf.connections.opened")
 
     def peer(self, conn_id: int, peer_sock_id: int) -> None:
-        conn = self._conns.get(conn_id)
-        if conn is not None:
-            conn.peer_sock_id = peer_sock_id
+        for key in self._by_conn_id.get(conn_id, ()):
+            self._conns[key].peer_sock_id = peer_sock_id
 
-    def close(self, conn_id: int, ts_ns: int) -> None:
-        conn = self._conns.pop(conn_id, None)
-        if conn is not None:
-            self._forget_pid_link(conn)
+    def close(self, conn_id: int, ts_ns: int, outcome: Outcome = Outcome.CONNECTION_CLOSED) -> None:
+        """The socket closed: end every entry it has (each source, each datagram flow)."""
+        keys = self._by_conn_id.pop(conn_id, None)
+        if not keys:
+            return
+        for key in keys:
+            conn = self._conns.pop(key)
+            conn.end_outcome = outcome
             self._end_session(conn, ts_ns)
+        ids = self._by_pid.get(conn.pid)
+        if ids is not None:
+            ids.discard(conn_id)
+            if not ids:
+                del self._by_pid[conn.pid]
 
     def close_process(self, pid: int, ts_ns: int) -> None:
         for conn_id in list(self._by_pid.get(pid, ())):
-            self.close(conn_id, ts_ns)
+            self.close(conn_id, ts_ns, Outcome.PROCESS_EXITED)
         self._by_pid.pop(pid, None)
 
     def close_all(self, ts_ns: int) -> None:
-        for conn_id in list(self._conns):
-            self.close(conn_id, ts_ns)
+        for conn_id in list(self._by_conn_id):
+            self.close(conn_id, ts_ns, Outcome.AGENT_STOPPED)
 
-    def _finish(self, conn: Connection, ts_ns: int) -> None:
-        self._conns.pop(conn.conn_id, None)
-        self._forget_pid_link(conn)
-        self._end_session(conn, ts_ns)
+    def _remove(self, conn: Connection) -> None:
+        self._conns.pop(conn.key, None)
+        self._forget_links(conn)
 
-    def _forget_pid_link(self, conn: Connection) -> None:
+    def _forget_links(self, conn: Connection) -> None:
+        keys = self._by_conn_id.get(conn.conn_id)
+        if keys is None:
+            return
+        keys.discard(conn.key)
+        if keys:
+            return
+        del self._by_conn_id[conn.conn_id]
         ids = self._by_pid.get(conn.pid)
         if ids is not None:
             ids.discard(conn.conn_id)
@@ -188,39 +259,95 @@ class ConnectionTable:
         self._account_parse_errors(conn)
         if events:
             self.on_events(conn, None, events)
+        if self.on_ended is not None:
+            self.on_ended(conn, ts_ns)
 
     # -- data ------------------------------------------------------------
 
     def data(self, event: DataEvent) -> None:
+        """Bytes moved on a stream connection."""
         conns = self._conns
-        conn = conns.get(event.conn_id)
+        key = event.conn_id * _SOURCES + event.source
+        conn = conns.get(key)
         if conn is None:
-            # Data without a ConnOpen: the open record was lost, or the
-            # source does not send them. Start from what we know.
-            conn = Connection(event.conn_id, event.pid, event.fd, event.ts_ns)
-            self._insert(conn)
+            conn = self._first_sight(event, key)
         else:
-            conns.move_to_end(event.conn_id)
+            conns.move_to_end(key)
         if event.flags & _SENDFILE:
             conn.sendfile_ns = event.ts_ns
-        if conn.session is not None:
-            out = conn.session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))
+        session = conn.session
+        if session is not None:
+            out = session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))
             if out:
                 self.on_events(conn, event, out)
-            if conn.session.parse_errors != conn._parse_errors_seen:
+            if session.parse_errors != conn._parse_errors_seen:
                 self._account_parse_errors(conn)
             return
         if conn.unrecognized:
             return
-        self._detect(conn, event)
+        self._detect(conn, event, self.stream_detectors)
 
-    def _detect(self, conn: Connection, event: DataEvent) -> None:
+    def _first_sight(self, event: DataEvent, key: int) -> Connection:
+        """Data with no entry yet: the open record was lost, the source sends
+        none, or this is a second source of a known socket (TLS plaintext)."""
+        socket_conn = self._conns.get(event.conn_id * _SOURCES) if event.source else None
+        if socket_conn is not None:
+            conn = socket_conn.derived(key, event.source, event.ts_ns)
+        else:
+            conn = Connection(event.conn_id, event.pid, event.fd, event.ts_ns)
+            conn.source = event.source
+            conn.key = key
+        self._insert(conn)
+        return conn
+
+    def datagram(self, event: DatagramEvent) -> None:
+        """One datagram sent or received: fed to its (socket, source, peer) flow's session."""
+        key = (event.conn_id, event.source, event.peer_addr, event.peer_port)
+        conn = self._conns.get(key)
+        if conn is None:
+            conn = self._new_flow(event, key)
+        else:
+            self._conns.move_to_end(key)
+        session = conn.session
+        if session is not None:
+            out = session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))
+            if out:
+                self.on_events(conn, event, out)
+            if session.parse_errors != conn._parse_errors_seen:
+                self._account_parse_errors(conn)
+            return
+        if not conn.unrecognized:
+            self._detect(conn, event, self.datagram_detectors)
+
+    def _new_flow(self, event: DatagramEvent, key: tuple) -> Connection:
+        socket_conn = self._conns.get(event.conn_id * _SOURCES)
+        if socket_conn is not None:
+            conn = socket_conn.derived(key, event.source, event.ts_ns)
+        else:
+            conn = Connection(event.conn_id, event.pid, event.fd, event.ts_ns)
+            conn.source = event.source
+            conn.key = key
+            conn.family = event.family
+        conn.datagram = True
+        if event.peer_addr or event.peer_port:
+            conn.peer_addr = event.peer_addr
+            conn.peer_port = event.peer_port
+        if event.family:
+            conn.family = event.family
+        self._insert(conn)
+        return conn
+
+    def _detect(self, conn: Connection, event: DataEvent | DatagramEvent, detectors: list[Detector]) -> None:
         conn._probe_events.append(event)
         for direction in (Direction.INGRESS, Direction.EGRESS):
-            prefix = b"".join(e.data for e in conn._probe_events if e.direction == direction)[:DETECT_MAX_BYTES]
+            if conn.datagram:  # each datagram is a message of its own: look at the first one
+                prefix = next((e.data for e in conn._probe_events if e.direction == direction), b"")
+            else:
+                prefix = b"".join(e.data for e in conn._probe_events if e.direction == direction)
+            prefix = prefix[:DETECT_MAX_BYTES]
             if not prefix:
                 continue
-            for detector in self.detectors:
+            for detector in detectors:
                 request_direction = detector.detect(direction, prefix)
                 if request_direction is not None:
                     self._start_session(conn, detector, request_direction)
@@ -229,7 +356,8 @@ class ConnectionTable:
             conn._probe_events = []
             conn.unrecognized = True
             self.counters.add("otelbpf.connections.unrecognized")
-            if self.on_unrecognized is not None:
+            # A datagram socket talks to many peers: one flow's silence must not mute the others.
+            if self.on_unrecognized is not None and not conn.datagram:
                 self.on_unrecognized(conn)
 
     def _start_session(self, conn: Connection, detector: Detector, request_direction: Direction) -> None:

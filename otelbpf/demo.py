@@ -55,8 +55,7 @@ def drive_traffic(port: int, count: int) -> dict[str, int]:
 
 
 def run_demo(args) -> int:
-    from otelbpf.agent import Agent
-    from otelbpf.pipeline import Pipeline
+    from otelbpf.agent import Agent, live_pipeline
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
@@ -74,14 +73,7 @@ def run_demo(args) -> int:
     resources = ProcessResources()
     consumer, _metrics = build_consumer(args, resources, counters)
     source = EbpfSource(CaptureConfig(pids=[backend.pid, gateway.pid], comms=["curl"]))
-    pipeline = Pipeline(
-        consumer,
-        resources,
-        counters,
-        on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id),
-        on_new_process=source.watch_process,
-        on_process_exit=source.forget_process,
-    )
+    pipeline = live_pipeline(source, consumer, resources, counters)
     agent = Agent(source, pipeline, consumer, counters)
     try:
         try:

@@ -1,6 +1,7 @@
 """The agent's own span record: cheap to build, encoded straight to OTLP.
 
-The OpenTelemetry SDK span API costs ~17 us per span (DESIGN.md, measured), so
+The OpenTelemetry SDK span API costs ~17 us per span (docs/architecture.md,
+"Measured costs"), so
 the per-request path builds these plain records instead and
 ``otelbpf.export.encode`` writes them directly into ``opentelemetry.proto``
 messages. Field meanings follow OTLP's ``Span`` message.

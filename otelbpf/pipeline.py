@@ -1,32 +1,67 @@
 """Events in, spans out: the agent's per-event path.
 
-source events -> ConnectionTable (protocol sessions) -> exchange started:
-fix the span's identity -> exchange completed: build the span -> span sink
-(the batch processor). Everything here runs on one thread, the agent's main
-loop; nothing in it blocks.
+source events -> handler table (one handler per event family) ->
+ConnectionTable (protocol sessions) -> exchange started: fix the span's
+identity (otelbpf.association) -> exchange ended: the protocol's semantics
+builds the span (otelbpf.semantics) -> span consumer (metrics, batch
+processor). Library calls seen by uprobes go to the call semantics of their
+library. Everything here runs on one thread, the agent's main loop; nothing
+in it blocks.
+
+The exchange lifecycle is enforced here, not trusted to each session: every
+exchange that started ends exactly once. One a session leaves open when its
+connection closes, is evicted or its process exits is ended by the pipeline
+(outcome = why the connection ended) and counted in
+``otelbpf.exchanges.unended{protocol}``; its linking window closes with it,
+so no later call can be parented to a dead span. A second end of the same
+exchange, or an end without a start, is counted in
+``otelbpf.protocol.violations{protocol}`` (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Iterable, Protocol
+from typing import Callable, Protocol
 
 from otelbpf.association import Linker, hold_or_release, release
 from otelbpf.connections import Connection, ConnectionTable
-from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, Event, LostEvents, ProcessExit
+from otelbpf.events import (
+    CallEvent,
+    ConnClose,
+    ConnOpen,
+    ConnPeer,
+    DatagramEvent,
+    DataEvent,
+    Event,
+    LostEvents,
+    ProcessExit,
+    ProcessStart,
+)
+from otelbpf.identity import SpanStart
 from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.registry import Registry, default_registry
 from otelbpf.resources import ProcessResources
 from otelbpf.selfmetrics import Counters
-from otelbpf.identity import SpanStart
-from otelbpf.spans import PrivacyOptions, http_span
-from protocols import detectors as all_detectors
-from protocols.base import Detector, Direction, ExchangeCompleted, ExchangeStarted, SessionEvent
+from otelbpf.semantics.common import SpanOptions
+from protocols.base import (
+    Exchange,
+    ExchangeAbandoned,
+    ExchangeCompleted,
+    ExchangeProgress,
+    ExchangeStarted,
+    Outcome,
+    SessionEvent,
+)
 
 log = logging.getLogger("otelbpf.pipeline")
 
-
 class SpanConsumer(Protocol):
     def on_end(self, span: SpanRecord) -> None: ...
+
+
+#: Told of every progress event of a protocol's exchanges (e.g. streamed
+#: chunks for time-to-first-token), with the exchange's identity.
+ProgressObserver = Callable[[SpanStart, ExchangeProgress], None]
 
 
 class Pipeline:
@@ -35,9 +70,9 @@ class Pipeline:
         consumer: SpanConsumer,
         resources: ProcessResources,
         counters: Counters,
-        privacy: PrivacyOptions | None = None,
+        privacy: SpanOptions | None = None,
         max_connections: int = 16384,
-        detectors: Iterable[Detector] | None = None,
+        registry: Registry | None = None,
         on_unrecognized=None,
         on_new_process=None,
         on_process_exit=None,
@@ -45,58 +80,118 @@ class Pipeline:
         self.consumer = consumer
         self.resources = resources
         self.counters = counters
-        self.privacy = privacy or PrivacyOptions()
+        self.options = privacy or SpanOptions()
+        self.registry = registry if registry is not None else default_registry()
         #: Told when a traced process is first seen / has exited (the eBPF
         #: source attaches / detaches per-process probes).
         self.on_new_process = on_new_process
         self.on_process_exit = on_process_exit
         self.linker = Linker(counters)
         self.table = ConnectionTable(
-            detectors if detectors is not None else all_detectors(),
+            self.registry.detectors(),
             self._on_session_events,
             counters,
             max_connections=max_connections,
             on_unrecognized=on_unrecognized,
+            on_ended=self._end_leftovers,
         )
-        #: Spans whose request started and has not completed: id(exchange) -> start.
+        #: Observers of progress events, by protocol id.
+        self.progress_observers: dict[str, list[ProgressObserver]] = {}
+        #: Spans whose exchange started and has not ended: id(exchange) -> start.
         self._open: dict[int, SpanStart] = {}
         #: Spans built during the current handle() call (one counter update per batch).
         self._spans_built = 0
         self.last_ts_ns = 0
+        #: The handler of each event family: a new family is a new entry here.
+        self._handlers: dict[type, Callable] = {
+            DataEvent: self._on_data,
+            DatagramEvent: self._on_datagram,
+            ConnOpen: self._on_open,
+            ConnClose: self._on_close,
+            ConnPeer: self._on_peer,
+            ProcessStart: self._on_process_start,
+            ProcessExit: self._on_process_exit,
+            CallEvent: self._on_call,
+            LostEvents: self._on_lost,
+        }
+
+    # -- events -----------------------------------------------------------------
 
     def handle(self, events: list[Event]) -> None:
         self.counters.add("otelbpf.events", len(events))
-        table = self.table
-        truncated = 0
+        handlers = self._handlers
+        self._truncated = 0
         for event in events:
-            kind = type(event)
-            if kind is DataEvent:
-                if event.total_len > len(event.data) and not event.flags:
-                    truncated += 1
-                table.data(event)
-            elif kind is ConnOpen:
-                if self.resources.observe(event.pid, event.comm) and self.on_new_process is not None:
-                    self.on_new_process(event.pid)
-                table.open(event)
-            elif kind is ConnClose:
-                table.close(event.conn_id, event.ts_ns)
-            elif kind is ConnPeer:
-                table.peer(event.conn_id, event.peer_sock_id)
-            elif kind is ProcessExit:
-                table.close_process(event.pid, event.ts_ns)
-                self._release(self.linker.forget_process(event.pid))
-                self.resources.mark_exited(event.pid)
-                if self.on_process_exit is not None:
-                    self.on_process_exit(event.pid)
-            elif kind is LostEvents:
-                self.counters.add("otelbpf.events.lost", event.count)
+            handler = handlers.get(type(event))
+            if handler is None:
+                self.counters.add("otelbpf.events.unknown")
                 continue
-            self.last_ts_ns = event.ts_ns
-        if truncated:
-            self.counters.add("otelbpf.payload.truncated", truncated)
+            handler(event)
+        if self._truncated:
+            self.counters.add("otelbpf.payload.truncated", self._truncated)
         self._count_spans()
         if self.linker.pending_task_calls:
             self._release(self.linker.expire(self.last_ts_ns))
+
+    def _on_data(self, event: DataEvent) -> None:
+        if event.total_len > len(event.data) and not event.flags:
+            self._truncated += 1
+        self.table.data(event)
+        self.last_ts_ns = event.ts_ns
+
+    def _on_datagram(self, event: DatagramEvent) -> None:
+        if event.total_len > len(event.data):
+            self._truncated += 1
+        self.table.datagram(event)
+        self.last_ts_ns = event.ts_ns
+
+    def _on_open(self, event: ConnOpen) -> None:
+        self._observe_process(event.pid, event.comm)
+        self.table.open(event)
+        self.last_ts_ns = event.ts_ns
+
+    def _on_close(self, event: ConnClose) -> None:
+        self.table.close(event.conn_id, event.ts_ns)
+        self.last_ts_ns = event.ts_ns
+
+    def _on_peer(self, event: ConnPeer) -> None:
+        self.table.peer(event.conn_id, event.peer_sock_id)
+        self.last_ts_ns = event.ts_ns
+
+    def _on_process_start(self, event: ProcessStart) -> None:
+        self._observe_process(event.pid, event.comm)
+        self.last_ts_ns = event.ts_ns
+
+    def _on_process_exit(self, event: ProcessExit) -> None:
+        self.table.close_process(event.pid, event.ts_ns)
+        self._release(self.linker.forget_process(event.pid))
+        self.resources.mark_exited(event.pid)
+        if self.on_process_exit is not None:
+            self.on_process_exit(event.pid)
+        self.last_ts_ns = event.ts_ns
+
+    def _on_lost(self, event: LostEvents) -> None:
+        self.counters.add("otelbpf.events.lost", event.count)
+
+    def _on_call(self, event: CallEvent) -> None:
+        """A library call: a span of its own, placed under the request its
+        thread is serving (thread + time rules), if its library has semantics."""
+        self.last_ts_ns = event.end_ns
+        semantics = self.registry.call_semantics(event.library)
+        if semantics is None:
+            self.counters.add("otelbpf.calls.unhandled", label=event.library)
+            return
+        self._observe_process(event.pid, "")
+        start = self.linker.start_call(event.pid, event.tid, event.ts_ns, event.task_id)
+        span = semantics.span(start, event)
+        if span is None:
+            return
+        self._spans_built += 1
+        self._emit(hold_or_release(span, start))
+
+    def _observe_process(self, pid: int, comm: str) -> None:
+        if self.resources.observe(pid, comm) and self.on_new_process is not None:
+            self.on_new_process(pid)
 
     def finish(self, ts_ns: int | None = None) -> None:
         """End every connection (agent stopping): open exchanges become spans,
@@ -110,37 +205,86 @@ class Pipeline:
             self.counters.add("otelbpf.spans.created", self._spans_built)
             self._spans_built = 0
 
-    # -- session events -------------------------------------------------------
+    # -- session events: the exchange lifecycle -------------------------------------
 
-    def _on_session_events(self, conn: Connection, event: DataEvent | None, out: list[SessionEvent]) -> None:
+    def _on_session_events(self, conn: Connection, event, out: list[SessionEvent]) -> None:
         for item in out:
-            if type(item) is ExchangeStarted:
+            kind = type(item)
+            if kind is ExchangeStarted:
                 self._start(conn, event, item.exchange)
-            elif type(item) is ExchangeCompleted:
-                self._complete(conn, event, item.exchange)
+            elif kind is ExchangeProgress:
+                self._progress(item)
+            else:  # ExchangeCompleted, ExchangeAbandoned
+                self._end(conn, event, item.exchange)
 
-    def _start(self, conn: Connection, event: DataEvent | None, exchange) -> None:
+    def _start(self, conn: Connection, event, exchange: Exchange) -> None:
         """The request's head is parsed: fix the span's identity and parent now."""
-        direction = event.direction if event is not None else Direction.INGRESS
-        kind = SpanKind.SERVER if direction == Direction.INGRESS else SpanKind.CLIENT
-        tid = event.tid if event is not None else conn.pid
-        ts = event.ts_ns if event is not None else exchange.start_ns
-        task_id = event.task_id if event is not None else 0
-        self._open[id(exchange)] = self.linker.start(conn, exchange.request.headers, kind, conn.pid, tid, ts, task_id)
-
-    def _complete(self, conn: Connection, event: DataEvent | None, exchange) -> None:
-        start = self._open.pop(id(exchange), None)
-        if start is None:  # pragma: no cover - sessions always start before completing
-            log.debug("exchange completed without a start on conn %s", conn.conn_id)
+        key = id(exchange)
+        if key in self._open:
+            self.counters.add("otelbpf.protocol.violations", label=exchange.protocol)
             return
-        ts = event.ts_ns if event is not None else exchange.end_ns
-        settled = self.linker.end(start, ts, event.task_id if event is not None else 0)
-        if exchange.end_reason != "complete":
-            self.counters.add("otelbpf.exchanges.incomplete", label=exchange.end_reason)
-        span = http_span(start, exchange, conn, self.privacy)
-        self._spans_built += 1
-        self._emit(hold_or_release(span, start))
+        if event is not None:
+            tid, ts, task_id = event.tid, event.ts_ns, event.task_id
+        else:
+            tid, ts, task_id = conn.pid, exchange.start_ns, 0
+        start = self.linker.start(conn, exchange, SpanKind(exchange.kind), conn.pid, tid, ts, task_id)
+        self._open[key] = start
+        conn.exchanges[key] = exchange
+
+    def _progress(self, item: ExchangeProgress) -> None:
+        observers = self.progress_observers.get(item.exchange.protocol)
+        if not observers:
+            return
+        start = self._open.get(id(item.exchange))
+        if start is None:
+            self.counters.add("otelbpf.protocol.violations", label=item.exchange.protocol)
+            return
+        for observe in observers:
+            observe(start, item)
+
+    def _end(self, conn: Connection, event, exchange: Exchange) -> None:
+        key = id(exchange)
+        start = self._open.pop(key, None)
+        if start is None:  # ended twice, or never started: the session broke the contract
+            self.counters.add("otelbpf.protocol.violations", label=exchange.protocol)
+            return
+        conn.exchanges.pop(key, None)
+        if event is not None:
+            ts, task_id = event.ts_ns, event.task_id
+        else:
+            ts, task_id = exchange.end_ns, 0
+        settled = self.linker.end(start, ts, task_id)
+        outcome = exchange.outcome
+        if outcome is not Outcome.COMPLETE:
+            self.counters.add("otelbpf.exchanges.incomplete", label=outcome.value)
+        span = self._build(start, exchange, conn)
+        if span is not None:
+            self._spans_built += 1
+            self._emit(hold_or_release(span, start))
         self._release(settled)
+
+    def _build(self, start: SpanStart, exchange: Exchange, conn: Connection) -> SpanRecord | None:
+        semantics = self.registry.semantics(exchange.protocol)
+        if semantics is None:
+            self.counters.add("otelbpf.spans.unmapped", label=exchange.protocol)
+            return None
+        try:
+            return semantics.span(start, exchange, conn, self.options)
+        except Exception:  # noqa: BLE001 - a mapping bug must cost a span, not the agent
+            self.counters.add("otelbpf.spans.failed", label=exchange.protocol)
+            log.exception("building a %s span failed (counted in otelbpf.spans.failed)", exchange.protocol)
+            return None
+
+    def _end_leftovers(self, conn: Connection, ts_ns: int) -> None:
+        """The connection's session closed: end what it left open."""
+        if not conn.exchanges:
+            return
+        leftovers = list(conn.exchanges.values())
+        for exchange in leftovers:
+            self.counters.add("otelbpf.exchanges.unended", label=exchange.protocol)
+            exchange.outcome = conn.end_outcome
+            exchange.abandoned_ns = max(ts_ns, exchange.start_ns)
+            self._end(conn, None, exchange)
 
     def _release(self, groups) -> None:
         for group in groups:
@@ -149,3 +293,8 @@ class Pipeline:
     def _emit(self, spans: list[SpanRecord]) -> None:
         for span in spans:
             self.consumer.on_end(span)
+
+    @property
+    def open_exchanges(self) -> int:
+        """Exchanges started and not yet ended (a gauge; bounded by the connection table)."""
+        return len(self._open)

@@ -3,7 +3,7 @@ the deferred asyncio decisions with held spans."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from otelbpf.association import TASK_DECISION_TIMEOUT_NS, Linker, hold_or_release, release
 from otelbpf.model import SpanKind, SpanRecord
@@ -21,6 +21,21 @@ class Conn:
     peer_port: int = 0
     sock_id: int = 0
     peer_sock_id: int = 0
+    datagram: bool = False
+
+
+@dataclass
+class Exchange:
+    """The part of an exchange the linker reads: its trace-context carrier and correlation key."""
+
+    headers: list = field(default_factory=list)
+    correlation_key: object = None
+
+    def carrier(self) -> list:
+        return self.headers
+
+
+NO_HEADERS = Exchange()
 
 
 INBOUND = Conn("10.0.0.1", 8080, "10.0.0.9", 40000)  # gateway's accepted connection
@@ -38,71 +53,71 @@ def span_for(start) -> SpanRecord:
 
 def test_thread_rule_links_the_one_request_the_thread_serves():
     link = linker()
-    server = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
-    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110)
+    server = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=110)
     assert call.parent_span_id == server.span_id and call.trace_id == server.trace_id
     assert call.association == "thread"
 
 
 def test_two_requests_on_one_thread_without_task_evidence_is_ambiguous():
     link = linker()
-    link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
-    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), [], SERVER, pid=1, tid=11, ts_ns=101)
-    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110)
+    link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
+    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=101)
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=110)
     assert call.parent_span_id == b"" and call.association == "ambiguous"
     assert link.counters.get("otelbpf.association.ambiguous") == 1
 
 
 def test_process_rule_links_a_hand_off_thread_but_never_a_background_thread():
     link = linker()
-    background = link.start(OUTBOUND, [], CLIENT, pid=1, tid=99, ts_ns=50)  # calls while nothing is served
+    background = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=99, ts_ns=50)  # calls while nothing is served
     assert background.parent_span_id == b""
-    server = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
-    worker = link.start(OUTBOUND, [], CLIENT, pid=1, tid=12, ts_ns=110)
+    server = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
+    worker = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=12, ts_ns=110)
     assert worker.parent_span_id == server.span_id and worker.association == "process"
-    again = link.start(OUTBOUND, [], CLIENT, pid=1, tid=99, ts_ns=120)
+    again = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=99, ts_ns=120)
     assert again.parent_span_id == b"" and again.association == ""
 
 
 def test_process_rule_refuses_when_several_requests_are_open():
     link = linker()
-    link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
-    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), [], SERVER, pid=1, tid=13, ts_ns=101)
-    worker = link.start(OUTBOUND, [], CLIENT, pid=1, tid=12, ts_ns=110)
+    link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
+    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), NO_HEADERS, SERVER, pid=1, tid=13, ts_ns=101)
+    worker = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=12, ts_ns=110)
     assert worker.parent_span_id == b"" and worker.association == "ambiguous"
 
 
 def test_window_closes_when_the_request_completes():
     link = linker()
-    server = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
+    server = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
     link.end(server, 200)
-    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=210)
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=210)
     assert call.parent_span_id == b""
 
 
 def test_connection_pair_links_server_to_the_client_of_that_connection_in_order():
     link = linker()
-    first = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=100)
-    second = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=101)  # pipelined
-    served_first = link.start(BACKEND_SIDE, [], SERVER, pid=2, tid=21, ts_ns=102)
-    served_second = link.start(BACKEND_SIDE, [], SERVER, pid=2, tid=21, ts_ns=103)
+    first = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=100)
+    second = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=101)  # pipelined
+    served_first = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=102)
+    served_second = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=103)
     assert served_first.parent_span_id == first.span_id and served_first.association == "connection"
     assert served_second.parent_span_id == second.span_id
-    other = link.start(Conn("10.0.0.2", 8081, "10.0.0.1", 50001), [], SERVER, pid=2, tid=22, ts_ns=104)
+    other = link.start(Conn("10.0.0.2", 8081, "10.0.0.1", 50001), NO_HEADERS, SERVER, pid=2, tid=22, ts_ns=104)
     assert other.parent_span_id == b""  # a different connection
 
 
 def test_unix_sockets_pair_by_socket_identity():
     link = linker()
-    client = link.start(Conn(peer_sock_id=0xBEEF, sock_id=0xCAFE), [], CLIENT, pid=1, tid=11, ts_ns=100)
-    server = link.start(Conn(sock_id=0xBEEF), [], SERVER, pid=2, tid=21, ts_ns=101)
+    client = link.start(Conn(peer_sock_id=0xBEEF, sock_id=0xCAFE), NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=100)
+    server = link.start(Conn(sock_id=0xBEEF), NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=101)
     assert server.parent_span_id == client.span_id
 
 
 def test_propagated_header_wins_and_consumes_the_pair():
     link = linker()
-    link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=100)
-    server = link.start(BACKEND_SIDE, [TRACEPARENT], SERVER, pid=2, tid=21, ts_ns=101)
+    link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=100)
+    server = link.start(BACKEND_SIDE, Exchange([TRACEPARENT]), SERVER, pid=2, tid=21, ts_ns=101)
     assert server.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736"
     assert server.parent_span_id.hex() == "00f067aa0ba902b7" and server.association == "propagated"
     assert link.pending_clients == 0
@@ -110,11 +125,11 @@ def test_propagated_header_wins_and_consumes_the_pair():
 
 def test_task_call_is_decided_when_its_task_answers_and_moves_its_subtree():
     link = linker()
-    request_a = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
-    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), [], SERVER, pid=1, tid=11, ts_ns=101)
-    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xA)
+    request_a = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
+    link.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=101)
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xA)
     assert call.group.root().pending == 1
-    downstream = link.start(BACKEND_SIDE, [], SERVER, pid=2, tid=21, ts_ns=111)  # linked under the call
+    downstream = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=111)  # linked under the call
     assert downstream.trace_id == call.trace_id
     held = hold_or_release(span_for(downstream), downstream)
     assert held == []  # its trace waits for the decision
@@ -134,8 +149,8 @@ def test_task_call_is_decided_when_its_task_answers_and_moves_its_subtree():
 
 def test_task_call_never_links_to_a_request_that_started_after_it():
     link = linker()
-    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=100, task_id=0xA)
-    later = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=105)
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=100, task_id=0xA)
+    later = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=105)
     assert link.end(later, 140, task_id=0xA) == []
     link.end(call, 150)
     [group] = link.expire(150 + TASK_DECISION_TIMEOUT_NS + 1)
@@ -145,8 +160,8 @@ def test_task_call_never_links_to_a_request_that_started_after_it():
 
 def test_task_call_of_another_task_is_not_taken():
     link = linker()
-    request = link.start(INBOUND, [], SERVER, pid=1, tid=11, ts_ns=100)
-    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xB)
+    request = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xB)
     assert link.end(request, 140, task_id=0xA) == []
     assert call.group.root().pending == 1
     assert link.pending_task_calls == 1
@@ -154,9 +169,38 @@ def test_task_call_of_another_task_is_not_taken():
 
 def test_undecided_task_calls_are_released_when_the_process_exits():
     link = linker()
-    call = link.start(OUTBOUND, [], CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xA)
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=110, task_id=0xA)
     assert hold_or_release(span_for(call), call) == []
     [group] = link.forget_process(1)
     [span] = release(group)
     assert span.span_id == call.span_id and span.attributes["otelbpf.association"] == "ambiguous"
     assert link.counters.get("otelbpf.association.ambiguous") == 1
+
+
+def test_correlation_key_pairs_concurrent_exchanges_of_one_connection_out_of_order():
+    link = linker()
+    first = link.start(OUTBOUND, Exchange(correlation_key=1), CLIENT, pid=1, tid=11, ts_ns=100)
+    second = link.start(OUTBOUND, Exchange(correlation_key=3), CLIENT, pid=1, tid=11, ts_ns=101)
+    served_3 = link.start(BACKEND_SIDE, Exchange(correlation_key=3), SERVER, pid=2, tid=21, ts_ns=102)
+    served_1 = link.start(BACKEND_SIDE, Exchange(correlation_key=1), SERVER, pid=2, tid=22, ts_ns=103)
+    assert served_3.parent_span_id == second.span_id and served_1.parent_span_id == first.span_id
+    assert link.start(BACKEND_SIDE, Exchange(correlation_key=1), SERVER, pid=2, tid=23, ts_ns=104).parent_span_id == b""
+
+
+def test_producer_and_consumer_pair_like_client_and_server_and_consumers_open_windows():
+    link = linker()
+    produced = link.start(OUTBOUND, Exchange(correlation_key="w1:7"), SpanKind.PRODUCER, pid=1, tid=11, ts_ns=100)
+    consumed = link.start(BACKEND_SIDE, Exchange(correlation_key="w1:7"), SpanKind.CONSUMER, pid=2, tid=21, ts_ns=101)
+    assert consumed.parent_span_id == produced.span_id and consumed.association == "connection"
+    # a callback publishing from the consuming thread is the consumer's child
+    republished = link.start(OUTBOUND, NO_HEADERS, SpanKind.PRODUCER, pid=2, tid=21, ts_ns=102)
+    assert republished.parent_span_id == consumed.span_id and republished.association == "thread"
+
+
+def test_a_library_call_is_placed_by_the_thread_and_time_rules():
+    link = linker()
+    server = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
+    call = link.start_call(pid=1, tid=11, ts_ns=110)
+    assert call.kind == SpanKind.INTERNAL and call.parent_span_id == server.span_id
+    link.end(server, 200)
+    assert link.start_call(pid=1, tid=11, ts_ns=210).parent_span_id == b""

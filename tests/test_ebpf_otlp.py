@@ -38,7 +38,7 @@ def test_grpc_export_with_resources_from_process_and_agent_env(services, agent):
     assert resource["process.pid"] == backend.pid
     assert resource["host.name"]
     assert sorted(s.attributes["url.path"] for s in spans) == [f"/items/{i}" for i in range(5)]
-    assert {s.scope for s in spans} == {"otelbpf.http"}
+    assert {s.scope for s in spans} == {"otelbpf.http1"}
 
 
 def test_http_protobuf_export_configured_by_standard_env_vars(services, agent):

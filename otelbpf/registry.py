@@ -1,0 +1,91 @@
+"""The protocols and call families the agent knows: one registration line each.
+
+Adding a protocol (DEVELOPERS.md, "Adding a protocol") touches its own folder
+``protocols/<id>/``, its span semantics ``otelbpf/semantics/<id>.py``, its
+metric instruments ``otelbpf/metrics/<id>.py``, and one line in
+:func:`default_registry`. The pipeline, the metric aggregator and the
+encoders look everything up here; none of them names a protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from otelbpf.metrics.instruments import SpanHistogram
+from otelbpf.semantics.common import CallSemantics, SpanSemantics
+from protocols.base import Detector, Transport
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredProtocol:
+    detector: Detector
+    semantics: SpanSemantics
+    instruments: tuple[SpanHistogram, ...]
+
+    @property
+    def id(self) -> str:
+        return self.detector.protocol
+
+
+class Registry:
+    """Protocols by id (in detection order) and call semantics by library."""
+
+    def __init__(self) -> None:
+        self._protocols: dict[str, RegisteredProtocol] = {}
+        self._calls: dict[str, CallSemantics] = {}
+
+    def register(self, detector: Detector, semantics: SpanSemantics, instruments: Sequence[SpanHistogram] = ()) -> None:
+        """Add a protocol: its detector (tried in registration order), its span
+        semantics and its metric instruments. The three must name the same id."""
+        protocol = detector.protocol
+        if semantics.protocol != protocol:
+            raise ValueError(f"detector is for {protocol!r} but semantics for {semantics.protocol!r}")
+        if protocol in self._protocols:
+            raise ValueError(f"protocol {protocol!r} is registered twice")
+        self._protocols[protocol] = RegisteredProtocol(detector, semantics, tuple(instruments))
+
+    def register_calls(self, semantics: CallSemantics) -> None:
+        """Add the span semantics of a library's calls (``CallEvent.library``)."""
+        if semantics.library in self._calls:
+            raise ValueError(f"call library {semantics.library!r} is registered twice")
+        self._calls[semantics.library] = semantics
+
+    @property
+    def protocols(self) -> list[RegisteredProtocol]:
+        return list(self._protocols.values())
+
+    def detectors(self, transport: Transport | None = None) -> list[Detector]:
+        """Detectors in registration order; only those that can appear on ``transport`` if given."""
+        return [
+            entry.detector
+            for entry in self._protocols.values()
+            if transport is None or entry.detector.transports & transport
+        ]
+
+    def semantics(self, protocol: str) -> SpanSemantics | None:
+        entry = self._protocols.get(protocol)
+        return entry.semantics if entry is not None else None
+
+    def call_semantics(self, library: str) -> CallSemantics | None:
+        return self._calls.get(library)
+
+    def instruments(self) -> dict[str, tuple[SpanHistogram, ...]]:
+        """Metric instruments by protocol id (what the metric aggregator iterates over)."""
+        return {entry.id: entry.instruments for entry in self._protocols.values() if entry.instruments}
+
+
+def default_registry() -> Registry:
+    """Every protocol otelbpf ships, in detection order."""
+    from otelbpf.metrics import http1 as http1_metrics
+    from otelbpf.semantics import http1 as http1_semantics
+    from protocols.http1 import Http1Detector
+
+    registry = Registry()
+    registry.register(Http1Detector(), http1_semantics.SEMANTICS, http1_metrics.INSTRUMENTS)
+    return registry
+
+
+def default_instruments() -> dict[str, tuple[SpanHistogram, ...]]:
+    """The metric instruments of every shipped protocol, by protocol id."""
+    return default_registry().instruments()

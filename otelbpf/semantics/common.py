@@ -1,0 +1,121 @@
+"""What every protocol's span semantics shares.
+
+* :class:`SpanSemantics`, the interface a protocol module implements;
+* :class:`SpanOptions`, what the user decided about privacy;
+* :func:`network_transport`, :func:`peer_attributes`: from the connection;
+* :func:`outcome_status`: how an exchange's outcome shows on the span;
+* :func:`span_record`: the finished :class:`SpanRecord` from its identity.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from typing import Protocol
+
+from otelbpf import semconv as sc
+from otelbpf.events import CallEvent
+from otelbpf.identity import SpanStart
+from otelbpf.model import AttributeValue, SpanRecord, StatusCode
+from protocols.base import Exchange, Outcome
+
+
+@dataclass(slots=True)
+class SpanOptions:
+    """Privacy and detail choices (private by default: see README "What a span carries")."""
+
+    #: Export ``url.query`` (query strings often carry tokens).
+    include_query: bool = False
+
+
+class SpanSemantics(Protocol):
+    """Turns one protocol's exchanges into spans."""
+
+    #: The protocol id (the package under ``protocols/``).
+    protocol: str
+
+    def span(self, start: SpanStart, exchange: Exchange, conn, options: SpanOptions) -> SpanRecord:
+        """The finished span for ``exchange``, seen on connection ``conn``
+        (``otelbpf.connections.Connection``), with the identity ``start``."""
+        ...
+
+
+class CallSemantics(Protocol):
+    """Turns library calls seen by uprobes (``CallEvent``) into spans."""
+
+    #: The library family it handles (``CallEvent.library``).
+    library: str
+
+    def span(self, start: SpanStart, call: CallEvent) -> SpanRecord | None:
+        """The span for ``call``, or None when the call is only counted."""
+        ...
+
+
+def scope_name(protocol: str) -> str:
+    """The instrumentation scope of a protocol's spans: ``otelbpf.<id>``."""
+    return f"otelbpf.{protocol}"
+
+
+def network_transport(conn, attrs: dict[str, AttributeValue]) -> None:
+    """``network.transport`` from the connection: ``unix``, ``udp`` or ``tcp``."""
+    if conn.family == socket.AF_UNIX:
+        attrs[sc.NETWORK_TRANSPORT] = "unix"
+    else:
+        attrs[sc.NETWORK_TRANSPORT] = "udp" if conn.datagram else "tcp"
+
+
+def peer_attributes(conn, attrs: dict[str, AttributeValue]) -> None:
+    """``network.peer.address``/``port`` from the connection's tuple, when known."""
+    if conn.peer_addr:
+        attrs[sc.NETWORK_PEER_ADDRESS] = conn.peer_addr
+        attrs[sc.NETWORK_PEER_PORT] = conn.peer_port
+
+
+def outcome_status(
+    exchange: Exchange, answered: bool, attrs: dict[str, AttributeValue]
+) -> tuple[StatusCode, str]:
+    """How the exchange's outcome shows: nothing when COMPLETE; otherwise
+    ``otelbpf.exchange.end_reason``, and an error when no complete answer
+    was seen (``answered`` False), with ``error.type`` set to the outcome
+    unless the protocol set one already."""
+    outcome = exchange.outcome
+    if outcome is Outcome.COMPLETE:
+        return StatusCode.UNSET, ""
+    attrs[sc.OTELBPF_EXCHANGE_END_REASON] = outcome.value
+    if answered:
+        return StatusCode.UNSET, ""
+    attrs.setdefault(sc.ERROR_TYPE, outcome.value)
+    return StatusCode.ERROR, f"no complete response ({outcome.value})"
+
+
+def span_record(
+    start: SpanStart,
+    exchange: Exchange,
+    name: str,
+    attrs: dict[str, AttributeValue],
+    status: StatusCode,
+    message: str,
+) -> SpanRecord:
+    """The finished span: identity from ``start``, times from the exchange,
+    ``thread.id`` and ``otelbpf.association`` added here for every protocol."""
+    attrs[sc.THREAD_ID] = start.tid
+    if start.association:
+        attrs[sc.OTELBPF_ASSOCIATION] = start.association
+    start_ns = exchange.start_ns
+    protocol = exchange.protocol
+    return SpanRecord(
+        trace_id=start.trace_id,
+        span_id=start.span_id,
+        parent_span_id=start.parent_span_id,
+        name=name,
+        kind=start.kind,
+        start_ns=start_ns,
+        end_ns=max(exchange.end_ns, start_ns),
+        pid=start.pid,
+        attributes=attrs,
+        status_code=status,
+        status_message=message,
+        trace_state=start.trace_state,
+        scope=scope_name(protocol),
+        protocol=protocol,
+    )

@@ -1,0 +1,149 @@
+"""Where an HTTP/1.x exchange becomes a span: names and attributes by the
+OpenTelemetry HTTP semantic conventions.
+
+SERVER spans are named ``{method} {http.route}``, CLIENT spans ``{method}``;
+methods the conventions do not know become ``_OTHER`` (span name ``HTTP``).
+The route is the path with identifiers collapsed (:func:`derive_route`).
+
+Private by default: query strings are not exported and no header values but
+``User-Agent`` and ``Host`` are read, unless the user opts in.
+"""
+
+from __future__ import annotations
+
+import re
+
+from otelbpf import semconv as sc
+from otelbpf.identity import SpanStart
+from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
+from otelbpf.semantics.common import SpanOptions, network_transport, outcome_status, peer_attributes, span_record
+from protocols.http1.types import PROTOCOL, HttpExchange
+
+_UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
+_HEX_ID = re.compile(r"^(?=.*\d)[0-9a-fA-F]{12,}$")
+_TOKEN_ID = re.compile(r"^(?=.*\d)(?=.*[A-Za-z])[A-Za-z0-9_-]{24,}$")
+
+
+def _is_identifier(segment: str) -> bool:
+    return segment.isdigit() or bool(_UUID.match(segment) or _HEX_ID.match(segment) or _TOKEN_ID.match(segment))
+
+
+def derive_route(path: str) -> str:
+    """A low-cardinality route from a concrete path: IDs become ``{id}``.
+
+    ``/v1/users/12345/orders/9f86d081884c7d65`` -> ``/v1/users/{id}/orders/{id}``
+    """
+    if not path.startswith("/"):
+        return path
+    parts = path.split("/")
+    return "/".join("{id}" if part and _is_identifier(part) else part for part in parts)
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """(path, query) of a request-target in origin or absolute form."""
+    if target.startswith(("http://", "https://")):
+        rest = target.split("://", 1)[1]
+        slash = rest.find("/")
+        target = rest[slash:] if slash >= 0 else "/"
+    path, _, query = target.partition("?")
+    path = path.partition("#")[0]
+    return path or "/", query
+
+
+def split_host(host: str, default_port: int) -> tuple[str, int]:
+    if host.startswith("["):  # [v6]:port
+        end = host.find("]")
+        addr = host[1:end]
+        port_text = host[end + 2 :] if host[end + 1 : end + 2] == ":" else ""
+    else:
+        addr, _, port_text = host.partition(":")
+    try:
+        port = int(port_text) if port_text else default_port
+    except ValueError:
+        port = default_port
+    return addr, port
+
+
+class Http1Semantics:
+    """``SpanSemantics`` for HTTP/1.x (protocols/http1)."""
+
+    protocol = PROTOCOL
+
+    def span(self, start: SpanStart, exchange: HttpExchange, conn, options: SpanOptions) -> SpanRecord:
+        request = exchange.request
+        response = exchange.response
+        server = start.kind == SpanKind.SERVER
+        method = request.method if request.method in sc.HTTP_KNOWN_METHODS else sc.HTTP_OTHER_METHOD
+        path, query = split_target(request.target)
+
+        attrs: dict[str, AttributeValue] = {sc.HTTP_REQUEST_METHOD: method}
+        if method == sc.HTTP_OTHER_METHOD:
+            attrs[sc.HTTP_REQUEST_METHOD_ORIGINAL] = request.method
+        attrs[sc.NETWORK_PROTOCOL_NAME] = "http"
+        network_transport(conn, attrs)
+        attrs[sc.NETWORK_PROTOCOL_VERSION] = request.version
+        host_header = request.header("host") or ""
+        if server:
+            name = self._server_attributes(method, path, query, host_header, conn, options, attrs)
+        else:
+            name = self._client_attributes(method, path, query, host_header, conn, options, attrs)
+        peer_attributes(conn, attrs)
+        user_agent = request.header("user-agent")
+        if user_agent:
+            attrs[sc.USER_AGENT_ORIGINAL] = user_agent
+        if request.body_size:
+            attrs[sc.HTTP_REQUEST_BODY_SIZE] = request.body_size
+
+        status = StatusCode.UNSET
+        if response is not None:
+            attrs[sc.HTTP_RESPONSE_STATUS_CODE] = response.status
+            if response.body_size:
+                attrs[sc.HTTP_RESPONSE_BODY_SIZE] = response.body_size
+            if response.status >= 500 or (not server and response.status >= 400):
+                status = StatusCode.ERROR
+                attrs[sc.ERROR_TYPE] = str(response.status)
+            if not response.complete:
+                attrs[sc.OTELBPF_RESPONSE_INCOMPLETE] = True
+            if response.body_truncated or request.body_truncated:
+                attrs[sc.OTELBPF_PAYLOAD_TRUNCATED] = True
+            if conn.sendfile_ns and conn.sendfile_ns >= request.start_ns:
+                attrs[sc.OTELBPF_RESPONSE_BODY_SENDFILE] = True
+        answered = response is not None and response.complete
+        outcome_code, message = outcome_status(exchange, answered, attrs)
+        if outcome_code is StatusCode.ERROR:
+            status = outcome_code
+        return span_record(start, exchange, name, attrs, status, message)
+
+    @staticmethod
+    def _server_attributes(method, path, query, host_header, conn, options, attrs) -> str:
+        route = derive_route(path)
+        attrs[sc.URL_PATH] = path
+        attrs[sc.URL_SCHEME] = "http"
+        attrs[sc.HTTP_ROUTE] = route
+        if options.include_query and query:
+            attrs[sc.URL_QUERY] = query
+        host, port = split_host(host_header, conn.local_port) if host_header else (conn.local_addr, conn.local_port)
+        if host:
+            attrs[sc.SERVER_ADDRESS] = host
+        if port:
+            attrs[sc.SERVER_PORT] = port
+        if conn.peer_addr:
+            attrs[sc.CLIENT_ADDRESS] = conn.peer_addr
+        return f"{method} {route}" if method != sc.HTTP_OTHER_METHOD else "HTTP"
+
+    @staticmethod
+    def _client_attributes(method, path, query, host_header, conn, options, attrs) -> str:
+        host, port = split_host(host_header, conn.peer_port) if host_header else (conn.peer_addr, conn.peer_port)
+        if host:
+            attrs[sc.SERVER_ADDRESS] = host
+        if port:
+            attrs[sc.SERVER_PORT] = port
+        authority = host_header or (f"{conn.peer_addr}:{conn.peer_port}" if conn.peer_addr else "")
+        full = f"http://{authority}{path}"
+        if options.include_query and query:
+            full += f"?{query}"
+        attrs[sc.URL_FULL] = full
+        return method if method != sc.HTTP_OTHER_METHOD else "HTTP"
+
+
+SEMANTICS = Http1Semantics()
