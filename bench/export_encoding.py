@@ -1,6 +1,6 @@
 """What does export encoding cost per span, before and after the direct encoders?
 
-Builds typical HTTP server spans with the agent's own ``otelbpf.spans.http_span``
+Builds typical HTTP server spans with the agent's own HTTP/1 span semantics (``otelbpf.semantics.http1``)
 (16 attributes: method, protocol, transport, version, path, scheme, route,
 server address/port, client address, peer address/port, user agent, thread
 id, status code, body size), in batches like the BatchSpanProcessor's, from
@@ -39,13 +39,14 @@ from typing import Any, Callable, Mapping, Sequence
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otelbpf.connections import Connection
-from otelbpf.export import encode as encode_module
 from otelbpf.export import jsonfile as jsonfile_module
 from otelbpf.export.encode import _encode_request_via_messages, encode_request, serialize_request
 from otelbpf.export.jsonfile import encode_json_line, to_otlp_json
+from otelbpf.otlp import wire as wire_module
 from otelbpf.identity import SpanStart, TraceGroup
 from otelbpf.model import ResourceLookup, SpanKind, SpanRecord, new_span_id, new_trace_id
-from otelbpf.spans import PrivacyOptions, http_span
+from otelbpf.semantics import SpanOptions
+from otelbpf.semantics.http1 import SEMANTICS as HTTP1_SEMANTICS
 from protocols.http1.types import HttpExchange, HttpRequest, HttpResponse
 
 BASE_NS = 1_763_800_000_000_000_000
@@ -105,12 +106,12 @@ def typical_spans(count: int, pids: Sequence[int], paths: int, seed: int = 1) ->
             tid=conn.pid + 1,
             start_ns=start_ns,
         )
-        spans.append(http_span(start, exchange, conn, PrivacyOptions()))
+        spans.append(HTTP1_SEMANTICS.span(start, exchange, conn, SpanOptions()))
     return spans
 
 
 def clear_caches() -> None:
-    encode_module._WIRE_CACHE.clear()
+    wire_module.WIRE_CACHE.clear()
     jsonfile_module._JSON_CACHE.clear()
 
 

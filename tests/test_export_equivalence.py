@@ -26,18 +26,13 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 
 import otelbpf
 from otelbpf.export import SpanBatch, encode_request, from_otlp_json, to_otlp_json
-from otelbpf.export import encode as encode_module
 from otelbpf.export import jsonfile as jsonfile_module
-from otelbpf.export.encode import (
-    _FragmentCache,
-    _encode_request_via_messages,
-    _fill_attributes_safely,
-    _fill_span,
-    _fill_span_defensively,
-    _text,
-    _wire_key_value,
-    serialize_request,
-)
+from otelbpf.export.encode import _encode_request_via_messages, _fill_span, _fill_span_defensively, serialize_request
+from otelbpf.otlp import wire as wire_module
+from otelbpf.otlp.wire import FragmentCache as _FragmentCache
+from otelbpf.otlp.wire import fill_attributes_safely as _fill_attributes_safely
+from otelbpf.otlp.wire import text as _text
+from otelbpf.otlp.wire import wire_key_value as _wire_key_value
 from otelbpf.export.jsonfile import _json_key_value, encode_json_line
 from otelbpf.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
 
@@ -234,11 +229,11 @@ def test_tiny_caches_that_overflow_and_reset_change_nothing(
 @pytest.fixture
 def monkeypatch_caches() -> Any:
     """Caches of 2 values per key and 5 in all, so the hypothesis examples keep overflowing them."""
-    saved = encode_module._WIRE_CACHE, jsonfile_module._JSON_CACHE
-    encode_module._WIRE_CACHE = _FragmentCache(_wire_key_value, per_key=2, total=5, max_len=8)
+    saved = wire_module.WIRE_CACHE, jsonfile_module._JSON_CACHE
+    wire_module.WIRE_CACHE = _FragmentCache(_wire_key_value, per_key=2, total=5, max_len=8)
     jsonfile_module._JSON_CACHE = _FragmentCache(_json_key_value, per_key=2, total=5, max_len=8)
     yield
-    encode_module._WIRE_CACHE, jsonfile_module._JSON_CACHE = saved
+    wire_module.WIRE_CACHE, jsonfile_module._JSON_CACHE = saved
 
 
 # --- examples worth naming ------------------------------------------------------

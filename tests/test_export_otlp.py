@@ -1,7 +1,7 @@
 """OTLP sinks against a real receiver: gRPC, HTTP, env configuration, retries.
 
 These also pin the adapters onto the official exporters' internals
-(otelbpf/export/otlp.py): if a library upgrade moves those hooks, the
+(otelbpf/otlp/transport.py): if a library upgrade moves those hooks, the
 end-to-end tests here fail.
 """
 
@@ -12,8 +12,8 @@ from typing import Any, Mapping
 import grpc
 import pytest
 
-from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink, OtlpHttpSink, SpanBatch, make_otlp_sink, resolve_protocol
-from otelbpf.export.otlp import traces_url
+from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink, OtlpHttpSink, SpanBatch, make_otlp_sink
+from otelbpf.otlp import TRACES, resolve_transport, signal_url
 from otelbpf.model import ResourceLookup, SpanKind, SpanRecord
 from otelbpf.selfmetrics import Counters
 from otlp_receiver import OtlpReceiver, free_port, otlp_receiver  # noqa: F401 - fixture
@@ -81,7 +81,7 @@ def assert_received_exactly(receiver: OtlpReceiver, batch: SpanBatch) -> None:
 
 
 def test_grpc_sink_delivers_decodable_spans(otlp_receiver: OtlpReceiver) -> None:
-    sink = OtlpGrpcSink(otlp_receiver.grpc_endpoint)
+    sink = OtlpGrpcSink(TRACES, otlp_receiver.grpc_endpoint)
     batch = batch_of(20)
 
     assert sink.export(batch) is True
@@ -110,7 +110,7 @@ def test_the_collector_receives_exactly_the_encoded_request(otlp_receiver: OtlpR
 
 def test_grpc_sink_still_sends_a_request_message(otlp_receiver: OtlpReceiver) -> None:
     """export_request takes an ExportTraceServiceRequest as before (serialized by the stub as the official one does)."""
-    sink = OtlpGrpcSink(otlp_receiver.grpc_endpoint)
+    sink = OtlpGrpcSink(TRACES, otlp_receiver.grpc_endpoint)
     batch = batch_of(4)
 
     assert sink.export_request(batch.request) is True
@@ -121,13 +121,17 @@ def test_grpc_sink_still_sends_a_request_message(otlp_receiver: OtlpReceiver) ->
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1/traces"])
 def test_http_sink_accepts_a_base_or_a_full_traces_url(otlp_receiver: OtlpReceiver, suffix: str) -> None:
-    sink = OtlpHttpSink(otlp_receiver.http_endpoint + suffix)
+    sink = OtlpHttpSink(TRACES, otlp_receiver.http_endpoint + suffix)
     batch = batch_of(20)
 
     assert sink.export(batch) is True
     sink.shutdown()
 
     assert_received_exactly(otlp_receiver, batch)
+
+
+def traces_url(endpoint: str) -> str:
+    return signal_url(endpoint, TRACES)
 
 
 def test_traces_url() -> None:
@@ -139,12 +143,12 @@ def test_traces_url() -> None:
 
 
 def test_protocol_comes_from_argument_then_env_then_defaults_to_grpc(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert resolve_protocol() == "grpc"
+    assert resolve_transport() == "grpc"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
-    assert resolve_protocol() == "http/protobuf"
+    assert resolve_transport() == "http/protobuf"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "grpc")
-    assert resolve_protocol() == "grpc"
-    assert resolve_protocol("HTTP/Protobuf") == "http/protobuf"
+    assert resolve_transport() == "grpc"
+    assert resolve_transport("HTTP/Protobuf") == "http/protobuf"
 
 
 @pytest.mark.parametrize("source", ["argument", "env"])
@@ -247,7 +251,7 @@ def test_transient_collector_errors_are_retried_without_duplicates(
 
 
 def test_grpc_adapter_counts_spans_for_the_library_metrics() -> None:
-    sink = OtlpGrpcSink("http://127.0.0.1:9", timeout_s=0.1)
+    sink = OtlpGrpcSink(TRACES, "http://127.0.0.1:9", timeout_s=0.1)
     batch = batch_of(7)
 
     assert sink._exporter._count_data(batch.request) == 7

@@ -23,30 +23,33 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, M
 import otelbpf
 from otelbpf.connections import Connection
 from otelbpf.metrics import (
-    CLIENT_DURATION,
-    DURATION_BOUNDARIES,
-    SERVER_DURATION,
-    HttpMetrics,
     MeteredProcessor,
     MetricsExporter,
     MetricsJsonFileSink,
-    OtlpGrpcMetricSink,
-    OtlpHttpMetricSink,
+    SpanHistogram,
+    SpanMetrics,
     agent_resource_attributes,
     encode_metrics,
     make_otlp_metric_sink,
     metrics_json_path,
     read_metrics_json_file,
     resolve_interval,
-    resolve_metrics_protocol,
 )
-from otelbpf.metrics.sinks import metrics_url
+from otelbpf.metrics.http1 import INSTRUMENTS as HTTP1_INSTRUMENTS
+from otelbpf.metrics.instruments import of_kind
+from otelbpf.otlp import METRICS, PROFILES, OtlpGrpcSink, OtlpHttpSink, resolve_transport, signal_url
+from otelbpf.semconv import HTTP_CLIENT_REQUEST_DURATION as CLIENT_DURATION
+from otelbpf.semconv import HTTP_DURATION_BOUNDARIES as DURATION_BOUNDARIES
+from otelbpf.semconv import HTTP_SERVER_REQUEST_DURATION as SERVER_DURATION
+from otelbpf.registry import default_instruments
 from otelbpf.model import ResourceLookup, SpanKind, SpanRecord
 from otelbpf.resources import ProcessResources
 from otelbpf.selfmetrics import Counters
 from otelbpf.identity import SpanStart, TraceGroup
-from otelbpf.spans import PrivacyOptions, http_span
+from otelbpf.semantics import SpanOptions
+from otelbpf.semantics.http1 import SEMANTICS as HTTP1_SEMANTICS
 from otlp_receiver import OtlpReceiver, attributes_dict, free_port, otlp_receiver  # noqa: F401 - fixture
+from protocols.base import Outcome
 from protocols.http1.types import HttpExchange, HttpRequest, HttpResponse
 
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
@@ -99,6 +102,19 @@ SERVER_ATTRS = {
 }
 
 
+def http_metrics(resources: ResourceLookup, **kwargs: Any) -> SpanMetrics:
+    """The aggregator with the HTTP/1 instruments (what the CLI wires in)."""
+    return SpanMetrics(resources, {"http1": HTTP1_INSTRUMENTS}, **kwargs)
+
+
+def metrics_url(endpoint: str) -> str:
+    return signal_url(endpoint, METRICS)
+
+
+def resolve_metrics_protocol(protocol: str | None = None) -> str:
+    return resolve_transport(protocol, METRICS)
+
+
 def span(
     duration_ns: int = 2_000_000, *, pid: int = 1, kind: SpanKind = SpanKind.SERVER, **attributes: Any
 ) -> SpanRecord:
@@ -113,6 +129,7 @@ def span(
         end_ns=START_NS + duration_ns,
         pid=pid,
         attributes=attrs,
+        protocol="http1",
     )
 
 
@@ -151,16 +168,16 @@ def some_counters() -> Counters:
     return counters
 
 
-def exporter_for(http_metrics: HttpMetrics | None, counters: Counters, sinks: list, **kwargs: Any) -> MetricsExporter:
+def exporter_for(span_metrics: SpanMetrics | None, counters: Counters, sinks: list, **kwargs: Any) -> MetricsExporter:
     kwargs.setdefault("interval_s", 3600.0)
-    return MetricsExporter(http_metrics, counters, {"service.name": "otelbpf"}, sinks, **kwargs)
+    return MetricsExporter(span_metrics, counters, {"service.name": "otelbpf"}, sinks, **kwargs)
 
 
 # --- aggregation ----------------------------------------------------------------------
 
 
 def test_bucket_i_counts_values_up_to_and_including_boundary_i() -> None:
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     expected = [0] * (len(DURATION_BOUNDARIES) + 1)
     durations_ns = [0, -5]  # a zero and a (clamped) negative duration: bucket 0
     expected[0] += 2
@@ -175,7 +192,7 @@ def test_bucket_i_counts_values_up_to_and_including_boundary_i() -> None:
         metrics.record(span(duration))
 
     (process,) = metrics.collect().processes
-    (point,) = process.server
+    (point,) = process.points(SERVER_DURATION)
     assert list(point.bucket_counts) == expected
     assert point.count == len(durations_ns) == sum(expected)
     assert point.min == 0.0 and point.max == 60.0
@@ -190,7 +207,7 @@ def _exchange(status: int | None, *, method: str = "GET", target: str = "/users/
     response = None
     if status is not None:
         response = HttpResponse(status=status, start_ns=START_NS + 2_000, end_ns=START_NS + 3_000_000)
-    return HttpExchange(request, response, end_reason="complete" if response else "connection_closed")
+    return HttpExchange(request, response, outcome=Outcome.COMPLETE if response else Outcome.CONNECTION_CLOSED)
 
 
 def _connection() -> Connection:
@@ -201,11 +218,11 @@ def _connection() -> Connection:
 
 def _real_span(kind: SpanKind, exchange: HttpExchange) -> SpanRecord:
     start = SpanStart(TraceGroup(bytes(16 * [1])), bytes(8 * [2]), b"", kind, pid=1, tid=1)
-    return http_span(start, exchange, _connection(), PrivacyOptions(include_query=True))
+    return HTTP1_SEMANTICS.span(start, exchange, _connection(), SpanOptions(include_query=True))
 
 
 def test_attributes_follow_the_semantic_conventions_and_leave_out_high_cardinality_ones() -> None:
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     server_span = _real_span(SpanKind.SERVER, _exchange(503))
     client_span = _real_span(SpanKind.CLIENT, _exchange(200, method="POST"))
     aborted_client = _real_span(SpanKind.CLIENT, _exchange(None))
@@ -216,7 +233,7 @@ def test_attributes_follow_the_semantic_conventions_and_leave_out_high_cardinali
     assert {"url.full", "network.peer.port", "user_agent.original"} <= client_span.attributes.keys()
 
     (process,) = metrics.collect().processes
-    assert [point.attributes for point in process.server] == [
+    assert [point.attributes for point in process.points(SERVER_DURATION)] == [
         {
             "http.request.method": "GET",
             "http.response.status_code": 503,
@@ -227,7 +244,7 @@ def test_attributes_follow_the_semantic_conventions_and_leave_out_high_cardinali
             "url.scheme": "http",
         }
     ]
-    assert sorted((point.attributes for point in process.client), key=lambda a: a["http.request.method"]) == [
+    assert sorted((point.attributes for point in process.points(CLIENT_DURATION)), key=lambda a: a["http.request.method"]) == [
         {
             "http.request.method": "GET",
             "error.type": "connection_closed",
@@ -248,17 +265,17 @@ def test_attributes_follow_the_semantic_conventions_and_leave_out_high_cardinali
 
 
 def test_spans_differing_only_in_path_or_peer_share_a_series() -> None:
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     for i in range(50):
         metrics.record(span(url__path=f"/users/{i}", network__peer__address=f"10.0.0.{i}", client__address="x"))
     metrics.record(span(kind=SpanKind.INTERNAL))  # not an HTTP server/client span: ignored
     (process,) = metrics.collect().processes
-    assert [point.count for point in process.server] == [50]
-    assert process.client == []
+    assert [point.count for point in process.points(SERVER_DURATION)] == [50]
+    assert process.points(CLIENT_DURATION) == []
 
 
 def test_one_resource_metrics_per_process_then_the_agent() -> None:
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     for _ in range(3):
         metrics.record(span(pid=1))
     metrics.record(span(pid=2, kind=SpanKind.CLIENT, server__address="db", server__port=5432))
@@ -282,7 +299,7 @@ def test_one_resource_metrics_per_process_then_the_agent() -> None:
 
 
 def test_cumulative_across_collections_with_a_stable_start_time() -> None:
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     for _ in range(3):
         metrics.record(span())
     first = encode_metrics(metrics.collect().processes, None, time.time_ns())
@@ -300,7 +317,7 @@ def test_cumulative_across_collections_with_a_stable_start_time() -> None:
 
 
 def test_series_beyond_the_limit_fold_into_an_overflow_series_and_are_counted() -> None:
-    metrics = HttpMetrics(RESOURCES, max_series=3)
+    metrics = http_metrics(RESOURCES, max_series=3)
     counters = Counters()
     for route in ("/a", "/b", "/c", "/d", "/e", "/d"):
         metrics.record(span(http__route=route))
@@ -321,22 +338,22 @@ def test_series_beyond_the_limit_fold_into_an_overflow_series_and_are_counted() 
 
 
 def test_idle_series_expire_and_come_back_with_a_new_start_time() -> None:
-    metrics = HttpMetrics(RESOURCES, series_ttl_s=0.05)
+    metrics = http_metrics(RESOURCES, series_ttl_s=0.05)
     metrics.record(span())
-    (first,) = metrics.collect().processes[0].server
+    (first,) = metrics.collect().processes[0].points(SERVER_DURATION)
     time.sleep(0.08)
     collection = metrics.collect()  # seen unchanged since the last collection for longer than the TTL
     assert collection.processes == [] and collection.expired == 1 and metrics.series_count == 0
 
     metrics.record(span())
-    (again,) = metrics.collect().processes[0].server
+    (again,) = metrics.collect().processes[0].points(SERVER_DURATION)
     assert again.count == 1 and again.start_ns > first.start_ns
 
 
 def test_a_reused_pid_starts_new_series_under_the_new_process_resource() -> None:
     generation = iter(range(1, 100))
     resources = ProcessResources(describe=lambda pid, _: {"service.name": f"gen{next(generation)}", "process.pid": pid})
-    metrics = HttpMetrics(resources)
+    metrics = http_metrics(resources)
     resources.observe(7)
     metrics.record(span(pid=7))
     metrics.record(span(pid=7))
@@ -345,23 +362,23 @@ def test_a_reused_pid_starts_new_series_under_the_new_process_resource() -> None
     metrics.record(span(pid=7))
 
     collection = metrics.collect()
-    assert [(p.resource["service.name"], p.server[0].count) for p in collection.processes] == [("gen1", 2), ("gen2", 1)]
+    assert [(p.resource["service.name"], p.points(SERVER_DURATION)[0].count) for p in collection.processes] == [("gen1", 2), ("gen2", 1)]
     assert [p.resource["service.name"] for p in metrics.collect().processes] == ["gen2"]  # the old one, once more only
 
 
 def test_record_never_raises() -> None:
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     metrics.record(span(http__route=["not", "hashable"]))
-    metrics.record(SpanRecord(b"", b"", "x", SpanKind.SERVER, "bad", None, 1))  # type: ignore[arg-type]
+    metrics.record(SpanRecord(b"", b"", "x", SpanKind.SERVER, "bad", None, 1, protocol="http1"))  # type: ignore[arg-type]
     metrics.record(span())
     (process,) = metrics.collect().processes
-    assert [point.count for point in process.server] == [1]
+    assert [point.count for point in process.points(SERVER_DURATION)] == [1]
 
 
 def test_record_cost_per_span() -> None:
     """Hot path: the cost of record() for typical spans (run with -s to see it)."""
     resources = ProcessResources(describe=lambda pid, _: {"service.name": f"svc{pid}", "process.pid": pid})
-    metrics = HttpMetrics(resources)
+    metrics = http_metrics(resources)
     spans = [
         span(
             (i * 7919 % 3000) * 1_000_000,
@@ -387,7 +404,7 @@ def test_record_cost_per_span() -> None:
             record(item)
         best = min(best, time.perf_counter() - started)
     per_span_us = best / len(spans) * 1e6
-    print(f"\nHttpMetrics.record: {per_span_us:.2f} us/span ({metrics.series_count} series)")
+    print(f"\nSpanMetrics.record: {per_span_us:.2f} us/span ({metrics.series_count} series)")
     assert per_span_us < 20  # a liveness bound, not a benchmark: the measured cost is reported above
 
 
@@ -465,7 +482,7 @@ def values_after(exporter: MetricsExporter, name: str) -> list[int]:
 
 
 def test_large_collections_are_split_repeating_the_headers() -> None:
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     for route in range(25):
         metrics.record(span(pid=1 + route % 2, http__route=f"/r{route}"))
     collection = metrics.collect()
@@ -491,7 +508,7 @@ def test_large_collections_are_split_repeating_the_headers() -> None:
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_export_to_a_receiver_counts_every_span(otlp_receiver: OtlpReceiver, protocol: str) -> None:
     endpoint = otlp_receiver.grpc_endpoint if protocol == "grpc" else otlp_receiver.http_endpoint
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     counters = Counters()
     exporter = exporter_for(metrics, counters, [make_otlp_metric_sink(endpoint, protocol)])
     for i in range(30):
@@ -516,7 +533,7 @@ def test_export_to_a_receiver_counts_every_span(otlp_receiver: OtlpReceiver, pro
 
 @pytest.mark.parametrize("suffix", ["", "/", "/v1/metrics", "/v1/traces"])
 def test_http_sink_accepts_a_base_metrics_or_traces_url(otlp_receiver: OtlpReceiver, suffix: str) -> None:
-    sink = OtlpHttpMetricSink(otlp_receiver.http_endpoint + suffix)
+    sink = OtlpHttpSink(METRICS, otlp_receiver.http_endpoint + suffix)
     request = exporter_for(None, some_counters(), [], start=False).collect()[0]
     assert sink.export(request) is True
     sink.shutdown()
@@ -551,7 +568,7 @@ def test_env_selects_http_metrics_endpoint_from_the_base_endpoint(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.http_endpoint)  # base: /v1/metrics appended
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_COMPRESSION", "gzip")
     sink = make_otlp_metric_sink()
-    assert isinstance(sink, OtlpHttpMetricSink)
+    assert isinstance(sink, OtlpHttpSink)
     request = exporter_for(None, some_counters(), [], start=False).collect()[0]
     assert sink.export(request) is True
     sink.shutdown()
@@ -562,7 +579,7 @@ def test_env_metrics_endpoint_wins_for_grpc(otlp_receiver: OtlpReceiver, monkeyp
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", otlp_receiver.grpc_endpoint)
     sink = make_otlp_metric_sink(timeout_s=5)
-    assert isinstance(sink, OtlpGrpcMetricSink)
+    assert isinstance(sink, OtlpGrpcSink)
     request = exporter_for(None, some_counters(), [], start=False).collect()[0]
     assert sink.export(request) is True
     sink.shutdown()
@@ -581,7 +598,7 @@ def test_export_interval_from_argument_then_env(
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "100")  # milliseconds
     assert resolve_interval() == 0.1
 
-    exporter = MetricsExporter(None, some_counters(), None, [OtlpGrpcMetricSink(otlp_receiver.grpc_endpoint)])
+    exporter = MetricsExporter(None, some_counters(), None, [OtlpGrpcSink(METRICS, otlp_receiver.grpc_endpoint)])
     try:
         assert exporter.interval_s == 0.1
         assert len(otlp_receiver.wait_for_metric_requests(3, timeout=5)) >= 3  # on its own, on the interval
@@ -593,7 +610,7 @@ def test_export_interval_from_argument_then_env(
 def test_a_collector_that_is_down_fails_the_export_without_hanging_shutdown(protocol: str) -> None:
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens
     counters = Counters()
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     metrics.record(span())
     exporter = exporter_for(metrics, counters, [make_otlp_metric_sink(endpoint, protocol, timeout_s=30)])
 
@@ -612,7 +629,7 @@ def test_a_collector_that_never_answers_does_not_hang_shutdown() -> None:
         blackhole.listen(8)
         endpoint = f"http://127.0.0.1:{blackhole.getsockname()[1]}"
         counters = some_counters()
-        exporter = exporter_for(None, counters, [OtlpHttpMetricSink(endpoint, timeout_s=30)])
+        exporter = exporter_for(None, counters, [OtlpHttpSink(METRICS, endpoint, timeout_s=30)])
         started = time.monotonic()
         exporter.shutdown(timeout_s=0.5)
         assert time.monotonic() - started < 1.5
@@ -629,7 +646,7 @@ def test_a_slow_sink_does_not_delay_the_others(tmp_path: Any) -> None:
             None,
             counters,
             [
-                OtlpHttpMetricSink(f"http://127.0.0.1:{blackhole.getsockname()[1]}", timeout_s=30),
+                OtlpHttpSink(METRICS, f"http://127.0.0.1:{blackhole.getsockname()[1]}", timeout_s=30),
                 MetricsJsonFileSink(path),
             ],
         )
@@ -652,7 +669,7 @@ def wait_for(predicate: Any, timeout: float = 5.0) -> bool:
 
 def test_json_file_sink_writes_collector_style_otlp_json(tmp_path: Any) -> None:
     path = tmp_path / "otelbpf-traces.metrics.json"
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     metrics.record(span(1_500_000_000))
     counters = Counters()
     counters.add("otelbpf.export.spans", 1, label="jsonfile")
@@ -676,7 +693,7 @@ def test_json_file_sink_writes_collector_style_otlp_json(tmp_path: Any) -> None:
 
 
 def test_collections_taken_while_recording_are_consistent() -> None:
-    metrics = HttpMetrics(RESOURCES)
+    metrics = http_metrics(RESOURCES)
     total = 20_000
     done = threading.Event()
 
@@ -690,16 +707,16 @@ def test_collections_taken_while_recording_are_consistent() -> None:
     snapshots = 0
     while not done.is_set() or snapshots == 0:
         for process in metrics.collect().processes:
-            for point in process.server:
+            for point in process.points(SERVER_DURATION):
                 assert point.count == sum(point.bucket_counts)
         snapshots += 1
     producer.join()
     (process,) = metrics.collect().processes
-    assert sum(point.count for point in process.server) == total
+    assert sum(point.count for point in process.points(SERVER_DURATION)) == total
 
 
 def test_attribute_strings_that_are_not_valid_utf8_are_coerced_when_encoding() -> None:
-    metrics = HttpMetrics(StaticResources({1: {"service.name": "bad\udcffname"}}))
+    metrics = http_metrics(StaticResources({1: {"service.name": "bad\udcffname"}}))
     metrics.record(span(http__route="/caf\udce9"))
     (request,) = encode_metrics(metrics.collect().processes, None, time.time_ns())
     wire = ExportMetricsServiceRequest.FromString(request.SerializeToString())
@@ -711,18 +728,19 @@ def test_attribute_strings_that_are_not_valid_utf8_are_coerced_when_encoding() -
 def test_replayed_capture_metrics_count_exactly_the_spans_exported(otlp_receiver: OtlpReceiver) -> None:
     """The real pipeline on a real capture, spans and metrics to one receiver through MeteredProcessor."""
     from otelbpf.cli import replay_attributes
-    from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink
+    from otelbpf.export import BatchSpanProcessor
+    from otelbpf.otlp import TRACES
     from otelbpf.pipeline import Pipeline
     from otelbpf.sources.pcap import PcapSource
 
     counters = Counters()
     source = PcapSource(str(DATA / "http_get.pcap"), perspective="both")
     resources = ProcessResources(describe=lambda pid, _comm: replay_attributes(source, pid))
-    processor = BatchSpanProcessor([OtlpGrpcSink(otlp_receiver.grpc_endpoint)], resources, counters)
-    http_metrics = HttpMetrics(resources)
-    metric_sink = OtlpGrpcMetricSink(otlp_receiver.grpc_endpoint)
-    exporter = MetricsExporter(http_metrics, counters, agent_resource_attributes(), [metric_sink])
-    consumer = MeteredProcessor(processor, http_metrics, exporter)
+    processor = BatchSpanProcessor([OtlpGrpcSink(TRACES, otlp_receiver.grpc_endpoint)], resources, counters)
+    span_metrics = SpanMetrics(resources, default_instruments())
+    metric_sink = OtlpGrpcSink(METRICS, otlp_receiver.grpc_endpoint)
+    exporter = MetricsExporter(span_metrics, counters, agent_resource_attributes(), [metric_sink])
+    consumer = MeteredProcessor(processor, span_metrics, exporter)
     pipeline = Pipeline(consumer, resources, counters)
     exporter.add_gauge("otelbpf.connections.open", lambda: len(pipeline.table))
 
@@ -763,3 +781,53 @@ def test_an_exporter_never_started_still_exports_at_shutdown(tmp_path: Any) -> N
     exporter.shutdown(5)
     assert len(read_metrics_json_file(path)) == 1
     exporter.shutdown(5)  # idempotent
+
+
+# --- instruments as data ------------------------------------------------------------------
+
+
+def test_spans_of_a_protocol_without_instruments_are_not_measured() -> None:
+    metrics = http_metrics(RESOURCES)
+    grpc_span = span()
+    grpc_span.protocol = "grpc"  # an RPC must never land in http.server.request.duration
+    unknown = span()
+    unknown.protocol = ""
+    metrics.record(grpc_span)
+    metrics.record(unknown)
+    assert metrics.collect().processes == [] and metrics.series_count == 0
+
+
+def test_any_protocol_s_instruments_are_aggregated_and_encoded_from_their_definition() -> None:
+    sizes = SpanHistogram(
+        name="rpc.server.request.size",
+        unit="By",
+        description="Request sizes.",
+        boundaries=(10.0, 100.0),
+        attributes=("rpc.method",),
+        select=of_kind(SpanKind.SERVER),
+        value=lambda s: float(s.attributes["size"]),
+    )
+    metrics = SpanMetrics(RESOURCES, {"http1": HTTP1_INSTRUMENTS, "rpc": (sizes,)})
+    for size in (5, 50, 500, 50):
+        rpc = span(rpc__method="Get", size=size)
+        rpc.protocol = "rpc"
+        metrics.record(rpc)
+    metrics.record(span(kind=SpanKind.CLIENT, rpc__method="Get", size=1))  # http1: http.client only
+
+    (process,) = metrics.collect().processes
+    assert [instrument.name for instrument, _ in process.histograms] == [CLIENT_DURATION, "rpc.server.request.size"]
+    (point,) = process.points("rpc.server.request.size")
+    assert point.attributes == {"rpc.method": "Get"}
+    assert (point.count, point.sum, point.bucket_counts) == (4, 605.0, (1, 2, 1))
+
+    (request,) = encode_metrics([process], None, time.time_ns())
+    by_name = {metric.name: metric for _, metric in metrics_of([request])}
+    encoded = by_name["rpc.server.request.size"]
+    assert (encoded.unit, encoded.description) == ("By", "Request sizes.")
+    assert list(encoded.histogram.data_points[0].explicit_bounds) == [10.0, 100.0]
+    assert list(by_name[CLIENT_DURATION].histogram.data_points[0].explicit_bounds) == list(DURATION_BOUNDARIES)
+
+
+def test_the_profiles_signal_url_replaces_another_signal_s_path() -> None:
+    assert signal_url("http://c:4318", PROFILES) == "http://c:4318/v1development/profiles"
+    assert signal_url("http://c:4318/p/v1/traces", PROFILES) == "http://c:4318/p/v1development/profiles"

@@ -1,5 +1,7 @@
-"""Span export: OTLP encoding, sinks (OTLP gRPC/HTTP, JSON file, console) and the batch processor.
+"""Span export: the span encoders (OTLP protobuf, OTLP/JSON), the batch processor and the span sinks.
 
+The transports, the JSON-lines writer and the queue are shared with the
+other signals and live in ``otelbpf.otlp``; this package binds them to spans.
 Typical wiring::
 
     sinks = [make_otlp_sink(args.endpoint, args.protocol), JsonFileSink("spans.jsonl")]
@@ -12,8 +14,9 @@ from otelbpf.export.base import SpanBatch, SpanSink
 from otelbpf.export.console import ConsoleSink
 from otelbpf.export.encode import encode_request, serialize_request
 from otelbpf.export.jsonfile import JsonFileSink, encode_json_line, from_otlp_json, read_json_file, to_otlp_json
-from otelbpf.export.otlp import OtlpGrpcSink, OtlpHttpSink, make_otlp_sink, resolve_protocol
+from otelbpf.export.otlp import make_otlp_sink
 from otelbpf.export.processor import BatchSpanProcessor
+from otelbpf.otlp.transport import OtlpGrpcSink, OtlpHttpSink
 
 __all__ = [
     "BatchSpanProcessor",
@@ -28,7 +31,6 @@ __all__ = [
     "from_otlp_json",
     "make_otlp_sink",
     "read_json_file",
-    "resolve_protocol",
     "serialize_request",
     "to_otlp_json",
 ]

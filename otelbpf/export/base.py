@@ -6,16 +6,13 @@ it) and must be treated as read-only. The OTLP sinks send ``payload``, the
 serialized request; ``request`` is the same parsed into a message, for
 whoever wants one.
 
-A ``SpanSink`` answers ``export`` with ``True`` (delivered) or ``False``
-(failed, try again later). It never raises: the processor owns retries,
-backoff and drop accounting, so a sink only has to report the outcome
-honestly and say once, not a million times, what went wrong.
+A ``SpanSink`` is an ``otelbpf.otlp.Sink`` of span batches: ``export``
+answers ``True`` (delivered) or ``False`` (failed, try again later) and
+never raises; the processor owns retries, backoff and drop accounting.
 """
 
 from __future__ import annotations
 
-import abc
-import logging
 import threading
 from typing import Sequence
 
@@ -23,6 +20,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otelbpf.export.encode import serialize_request
 from otelbpf.model import ResourceLookup, SpanRecord
+from otelbpf.otlp.sink import FailureLog, Sink
+
+__all__ = ["FailureLog", "SpanBatch", "SpanSink"]
 
 
 class SpanBatch:
@@ -64,52 +64,5 @@ class SpanBatch:
         return SpanBatch(self.spans[count:], self.resources)
 
 
-class SpanSink(abc.ABC):
-    """A destination for span batches (OTLP collector, JSON file, console)."""
-
-    #: Label for this sink's ``otelbpf.export.*`` counters.
-    name: str
-
-    @abc.abstractmethod
-    def export(self, batch: SpanBatch) -> bool:
-        """Deliver ``batch``: True when delivered, False for a failure worth retrying. Never raises."""
-
-    def flush(self) -> None:
-        """Emit whatever the sink buffers on its own (the console holds traces until they settle)."""
-
-    def shutdown(self) -> None:
-        """Release resources; interrupts an export in progress where the transport allows. Idempotent."""
-
-
-class FailureLog:
-    """Logs each kind of export failure once, and the recovery after it.
-
-    A collector that is down for a day must not write a line per retry; but
-    after it recovered, a new outage is news again, so success re-arms it.
-    """
-
-    def __init__(self, logger: logging.Logger, sink_name: str) -> None:
-        self._logger = logger
-        self._sink_name = sink_name
-        self._seen: set[str] = set()
-        self._lock = threading.Lock()
-
-    def failed(self, kind: str, detail: object) -> None:
-        with self._lock:
-            if kind in self._seen:
-                return
-            self._seen.add(kind)
-        self._logger.warning(
-            "sink %s: export failed (%s: %s); will retry, further %s failures not logged until it recovers",
-            self._sink_name,
-            kind,
-            detail,
-            kind,
-        )
-
-    def succeeded(self) -> None:
-        with self._lock:
-            if not self._seen:
-                return
-            self._seen.clear()
-        self._logger.info("sink %s: export recovered", self._sink_name)
+#: A destination for span batches (OTLP collector, JSON file, console).
+SpanSink = Sink["SpanBatch"]

@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import base64
 import json
-import logging
 import math
-import threading
 from json.encoder import encode_basestring as _json_string  # C; what json.dumps(ensure_ascii=False) uses
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -46,93 +44,27 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 import otelbpf
-from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
-from otelbpf.export.encode import (
-    _FragmentCache,
-    _fill_attributes_safely,
-    _span_message,
-    _text,
-    _Unusual,
-    group_spans,
-    resource_attributes,
-)
+from otelbpf.export.base import SpanBatch
+from otelbpf.export.encode import group_spans, span_message
 from otelbpf.model import ResourceLookup, SpanRecord
+from otelbpf.otlp.jsonlines import JsonLinesSink, go_escaped, read_json_lines
+from otelbpf.otlp.wire import UINT64_MAX, FragmentCache, Unusual, fill_attributes_safely, resource_attributes, text
 
-_log = logging.getLogger(__name__)
-
-_GO_ESCAPED = (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029"))
-
-
-def _go_escaped(text: str) -> str:
-    """``text`` with ``<``, ``>``, ``&``, U+2028 and U+2029 escaped as Go's JSON encoder does.
-
-    Each character is first looked for (a fast scan; usually none is there),
-    and only then replaced; no replacement contains any of them, so the order
-    does not matter.
-    """
-    if "<" in text or ">" in text or "&" in text or "\u2028" in text or "\u2029" in text:
-        for char, escaped in _GO_ESCAPED:
-            text = text.replace(char, escaped)
-    return text
-
-
-class JsonFileSink(SpanSink):
-    """Appends one OTLP/JSON line per batch to ``path``, flushed so a reader tailing it sees whole lines."""
+class JsonFileSink(JsonLinesSink[SpanBatch]):
+    """Appends one OTLP/JSON line per span batch to ``path`` (``encode_json_line``)."""
 
     def __init__(self, path: str | Path, *, name: str = "jsonfile") -> None:
-        self.name = name
-        self.path = Path(path)
-        # Opened now so that a bad path fails at startup, not at the first batch.
-        self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the sink
-        self._lock = threading.Lock()
-        self._failures = FailureLog(_log, name)
+        super().__init__(path, _batch_line, name=name)
 
-    def export(self, batch: SpanBatch) -> bool:
-        return self._write(lambda: encode_json_line(batch.spans, batch.resources))
 
-    def _write(self, render: Callable[[], bytes]) -> bool:
-        """Render one line and append it whole; never raises (failures are logged once)."""
-        try:
-            line = render()
-        except Exception as exc:  # noqa: BLE001 - a sink never raises
-            self._failures.failed(type(exc).__name__, exc)
-            return False
-        with self._lock:
-            if self._file.closed:
-                return False
-            return self._append(line)
-
-    def _append(self, line: bytes) -> bool:
-        start = self._file.tell()
-        try:
-            self._file.write(line)
-            self._file.flush()
-        except OSError as exc:
-            self._failures.failed(type(exc).__name__, exc)
-            self._remove_partial_line(start)
-            return False
-        self._failures.succeeded()
-        return True
-
-    def _remove_partial_line(self, start: int) -> None:
-        """After a failed write (disk full), cut the half line so the retry starts a clean one."""
-        try:
-            self._file.truncate(start)
-        except OSError as exc:
-            _log.debug("sink %s: could not truncate partial line: %s", self.name, exc)
-
-    def shutdown(self) -> None:
-        with self._lock:
-            try:
-                self._file.close()
-            except OSError as exc:
-                _log.debug("sink %s: close failed: %s", self.name, exc)
+def _batch_line(batch: SpanBatch) -> bytes:
+    return encode_json_line(batch.spans, batch.resources)
 
 
 def to_otlp_json(request: ExportTraceServiceRequest) -> str:
     """One line of Collector-style OTLP/JSON (no trailing newline)."""
     document = {"resourceSpans": [_resource_spans(rs) for rs in request.resource_spans]}
-    return _go_escaped(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
+    return go_escaped(json.dumps(document, ensure_ascii=False, separators=(",", ":")))
 
 
 def encode_json_line(spans: Sequence[SpanRecord], resources: ResourceLookup) -> bytes:
@@ -159,21 +91,13 @@ def from_otlp_json(line: str) -> ExportTraceServiceRequest:
 
 
 def read_json_file(path: str | Path) -> list[ExportTraceServiceRequest]:
-    """All complete lines of an OTLP/JSON file as requests.
+    """All complete lines of an OTLP/JSON traces file as requests.
 
     A last line without its newline is still being written and is skipped;
     a malformed complete line raises ValueError naming the line.
     """
-    requests: list[ExportTraceServiceRequest] = []
-    with open(path, encoding="utf-8") as file:
-        for number, line in enumerate(file, start=1):
-            if not line.endswith("\n") or not line.strip():
-                continue
-            try:
-                requests.append(from_otlp_json(line))
-            except (ValueError, TypeError, AttributeError, json_format.ParseError) as exc:
-                raise ValueError(f"{path}:{number}: not an OTLP/JSON trace request: {exc}") from exc
-    return requests
+    errors = (ValueError, TypeError, AttributeError, json_format.ParseError)
+    return read_json_lines(path, from_otlp_json, "trace request", errors)
 
 
 # --- writer: proto -> dicts in the Collector's key order ---------------------
@@ -318,10 +242,9 @@ def _json_line(spans: Sequence[SpanRecord], resources: ResourceLookup, checked: 
             out[-1] = "]}"  # in place of the last span's comma
         append("]}")
     append("]}\n")
-    return _go_escaped("".join(out)).encode()
+    return go_escaped("".join(out)).encode()
 
 
-_UINT64_MAX = 2**64 - 1
 _KIND_JSON = {0: "", **{kind: f',"kind":{kind}' for kind in range(1, 6)}}
 _STATUS_CODE_JSON = {0: "", 1: '"code":1', 2: '"code":2'}
 
@@ -330,27 +253,27 @@ def _json_span(span: SpanRecord) -> str:
     """A well-typed span's JSON object; raises for anything else (as ``_wire_span`` does)."""
     trace_id, span_id = span.trace_id, span.span_id
     if type(trace_id) is not bytes or len(trace_id) != 16 or type(span_id) is not bytes or len(span_id) != 8:
-        raise _Unusual
+        raise Unusual
     trace_state = span.trace_state
     if trace_state:
         if type(trace_state) is not str:
-            raise _Unusual
+            raise Unusual
         trace_state = ',"traceState":' + _json_string(trace_state)
     else:
         trace_state = ""
     parent = span.parent_span_id
     if parent:
         if type(parent) is not bytes or len(parent) != 8:
-            raise _Unusual
+            raise Unusual
         parent = ',"parentSpanId":"' + parent.hex() + '"'
     else:
         parent = ""
     name = span.name
     if type(name) is not str:
-        raise _Unusual
+        raise Unusual
     name = ',"name":' + _json_string(name) if name else ""
     start, end = span.start_ns, span.end_ns
-    if type(start) is not int or type(end) is not int or not (0 < start <= _UINT64_MAX and 0 < end <= _UINT64_MAX):
+    if type(start) is not int or type(end) is not int or not (0 < start <= UINT64_MAX and 0 < end <= UINT64_MAX):
         times = _json_times(start, end)
     else:
         times = f',"startTimeUnixNano":"{start}","endTimeUnixNano":"{end}"'
@@ -361,7 +284,7 @@ def _json_span(span: SpanRecord) -> str:
     code, message = span.status_code, span.status_message
     if code or message:
         if type(message) is not str:
-            raise _Unusual
+            raise Unusual
         code = _STATUS_CODE_JSON[code]
         if message:
             status = '{"message":' + _json_string(message) + ("," + code if code else "") + "}"
@@ -379,8 +302,8 @@ def _json_times(start: object, end: object) -> str:
     """Start and end when one is zero (left out) or either is not an int in uint64 range (raises)."""
     out = ""
     for key, value in (("startTimeUnixNano", start), ("endTimeUnixNano", end)):
-        if type(value) is not int or not 0 <= value <= _UINT64_MAX:
-            raise _Unusual
+        if type(value) is not int or not 0 <= value <= UINT64_MAX:
+            raise Unusual
         if value:
             out += f',"{key}":"{value}"'
     return out
@@ -391,7 +314,7 @@ def _json_links(links: Sequence[object]) -> str:
     for link in links:
         trace_id, span_id = link.trace_id, link.span_id  # type: ignore[attr-defined]
         if type(trace_id) is not bytes or type(span_id) is not bytes:
-            raise _Unusual
+            raise Unusual
         if len(trace_id) != 16 or len(span_id) != 8:
             continue  # left out of the request, as by the encoder
         attributes = link.attributes  # type: ignore[attr-defined]
@@ -403,24 +326,24 @@ def _json_links(links: Sequence[object]) -> str:
 def _json_key_value(key: object, value: object) -> str:
     """One attribute's JSON object, for a str/int/float/bool value; raises for anything else."""
     if type(key) is not str:
-        raise _Unusual
+        raise Unusual
     kind = type(value)
     if kind is str:
         rendered = '{"stringValue":' + _json_string(value) + "}"
     elif kind is int:
         if not -(2**63) <= value < 2**63:  # type: ignore[operator]
-            raise _Unusual  # the message path writes it as a string
+            raise Unusual  # the message path writes it as a string
         rendered = f'{{"intValue":"{value}"}}'
     elif kind is bool:
         rendered = '{"boolValue":true}' if value else '{"boolValue":false}'
     elif kind is float:
         rendered = '{"doubleValue":' + json.dumps(_json_double(value)) + "}"  # type: ignore[arg-type]
     else:
-        raise _Unusual
+        raise Unusual
     return '{"key":' + _json_string(key) + ',"value":' + rendered + "}"
 
 
-_JSON_CACHE = _FragmentCache(_json_key_value)
+_JSON_CACHE = FragmentCache(_json_key_value)
 
 
 def _json_attributes(attributes: Mapping[str, object]) -> str:
@@ -436,7 +359,7 @@ def _json_resource(resources: ResourceLookup, pid: int, checked: bool) -> str:
             rendered.encode()
     except Exception:  # noqa: BLE001 - odd values: coerced by the message path, as before
         message = Resource()
-        _fill_attributes_safely(message.attributes, attributes)
+        fill_attributes_safely(message.attributes, attributes)
         return _dumps(_attributes_object(message.attributes))
     return '{"attributes":[' + rendered + "]}" if rendered else "{}"
 
@@ -449,7 +372,7 @@ def _json_scope_head(scope: object) -> str:
     head = _SCOPE_HEADS.get(scope) if type(scope) is str else None  # type: ignore[call-overload]
     if head is None:
         scope_out: dict[str, str] = {}
-        name = _text(scope)
+        name = text(scope)
         if name:
             scope_out["name"] = name
         if otelbpf.__version__:
@@ -461,7 +384,7 @@ def _json_scope_head(scope: object) -> str:
 
 
 def _json_span_from_message(span: SpanRecord) -> str:
-    return _dumps(_span(_span_message(span)))
+    return _dumps(_span(span_message(span)))
 
 
 def _dumps(document: object) -> str:

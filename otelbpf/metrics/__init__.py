@@ -1,15 +1,17 @@
-"""OTLP metrics: HTTP request-duration histograms per traced process, and the agent's self-metrics.
+"""OTLP metrics: histograms of finished spans per traced process, and the agent's self-metrics.
 
+What is measured is data: each protocol's instruments
+(``otelbpf.metrics.instruments.SpanHistogram``, e.g. ``otelbpf.metrics.http1``).
 Typical wiring (see otelbpf/cli.py)::
 
     processor = BatchSpanProcessor(sinks, resources, counters)
-    http_metrics = HttpMetrics(resources)
+    span_metrics = SpanMetrics(resources, default_instruments())
     exporter = MetricsExporter(
-        http_metrics, counters, agent_resource_attributes(),
+        span_metrics, counters, agent_resource_attributes(),
         [make_otlp_metric_sink(args.otlp_endpoint, args.otlp_protocol)],
         interval_s=args.metrics_interval,         # None: OTEL_METRIC_EXPORT_INTERVAL (ms), else 60 s
     )
-    consumer = MeteredProcessor(processor, http_metrics, exporter)   # on_end: span + its metrics
+    consumer = MeteredProcessor(processor, span_metrics, exporter)   # on_end: span + its metrics
     pipeline = Pipeline(consumer, resources, counters, privacy)
     exporter.add_gauge("otelbpf.connections.open", lambda: len(pipeline.table))
     agent = Agent(source, pipeline, consumer, counters)              # shutdown: spans, then metrics
@@ -19,40 +21,34 @@ from otelbpf.metrics.agent import agent_resource_attributes, label_key
 from otelbpf.metrics.consumer import MeteredProcessor
 from otelbpf.metrics.encode import encode_metrics
 from otelbpf.metrics.exporter import MetricsExporter, resolve_interval
-from otelbpf.metrics.http import (
-    CLIENT_ATTRIBUTES,
-    CLIENT_DURATION,
-    DURATION_BOUNDARIES,
+from otelbpf.metrics.histograms import (
     OVERFLOW_ATTRIBUTE,
-    SERVER_ATTRIBUTES,
-    SERVER_DURATION,
-    HttpMetrics,
+    HistogramPoint,
+    ProcessHistograms,
+    SpanMetrics,
+    SpanMetricsCollection,
 )
+from otelbpf.metrics.instruments import SpanHistogram
 from otelbpf.metrics.sinks import (
     MetricSink,
     MetricsJsonFileSink,
-    OtlpGrpcMetricSink,
-    OtlpHttpMetricSink,
     make_otlp_metric_sink,
     metrics_json_path,
     read_metrics_json_file,
-    resolve_metrics_protocol,
 )
 
+
 __all__ = [
-    "CLIENT_ATTRIBUTES",
-    "CLIENT_DURATION",
-    "DURATION_BOUNDARIES",
     "OVERFLOW_ATTRIBUTE",
-    "SERVER_ATTRIBUTES",
-    "SERVER_DURATION",
-    "HttpMetrics",
+    "HistogramPoint",
     "MeteredProcessor",
     "MetricSink",
     "MetricsExporter",
     "MetricsJsonFileSink",
-    "OtlpGrpcMetricSink",
-    "OtlpHttpMetricSink",
+    "ProcessHistograms",
+    "SpanHistogram",
+    "SpanMetrics",
+    "SpanMetricsCollection",
     "agent_resource_attributes",
     "encode_metrics",
     "label_key",
@@ -60,5 +56,4 @@ __all__ = [
     "metrics_json_path",
     "read_metrics_json_file",
     "resolve_interval",
-    "resolve_metrics_protocol",
 ]

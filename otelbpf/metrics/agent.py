@@ -38,7 +38,8 @@ from typing import Callable, Mapping
 
 import otelbpf
 from otelbpf import procfs
-from otelbpf.metrics.http import EXPIRED, OVERFLOWED
+from otelbpf import semconv as sc
+from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED
 from otelbpf.model import AttributeValue
 from otelbpf.resources import container_ids, parse_resource_attributes
 from otelbpf.selfmetrics import DESCRIPTIONS, Counters
@@ -52,15 +53,15 @@ OPEN_CONNECTIONS = "otelbpf.connections.open"
 
 #: Counters this package adds to the agent's ``Counters``.
 METRICS_DESCRIPTIONS: dict[str, str] = {
-    OVERFLOWED: "HTTP measurements folded into an overflow series (otel.metric.overflow=true): series limit reached",
-    EXPIRED: "HTTP metric series dropped after being idle for the series TTL",
+    OVERFLOWED: "span metric measurements folded into an overflow series (otel.metric.overflow=true): series limit reached",
+    EXPIRED: "span metric series dropped after being idle for the series TTL",
     EXPORTS: "metric export requests delivered",
     EXPORT_FAILURES: "metric export requests that failed (not retried: the next export carries the cumulative values)",
 }
 #: Gauges the exporter knows descriptions and units for.
 GAUGE_DESCRIPTIONS: dict[str, tuple[str, str]] = {
     OPEN_CONNECTIONS: ("connections currently tracked", "{connection}"),
-    SERIES: ("HTTP metric series currently kept (overflow series not included)", "{series}"),
+    SERIES: ("span metric series currently kept (overflow series not included)", "{series}"),
 }
 
 _LABEL_KEYS: dict[str, str] = {
@@ -114,23 +115,23 @@ def agent_resource_attributes(extra: Mapping[str, AttributeValue] | None = None)
     """The agent's own Resource: see the module docstring for what it holds and what wins."""
     pid = os.getpid()
     attributes: dict[str, AttributeValue] = {
-        "service.name": "otelbpf",
-        "service.version": otelbpf.__version__,
-        "service.instance.id": str(uuid.uuid4()),
-        "host.name": socket.gethostname(),
-        "process.pid": pid,
-        "telemetry.distro.name": "otelbpf",
-        "telemetry.distro.version": otelbpf.__version__,
+        sc.SERVICE_NAME: "otelbpf",
+        sc.SERVICE_VERSION: otelbpf.__version__,
+        sc.SERVICE_INSTANCE_ID: str(uuid.uuid4()),
+        sc.HOST_NAME: socket.gethostname(),
+        sc.PROCESS_PID: pid,
+        sc.TELEMETRY_DISTRO_NAME: "otelbpf",
+        sc.TELEMETRY_DISTRO_VERSION: otelbpf.__version__,
     }
     container, pod = container_ids(procfs.cgroup_of(pid))
     if container:
-        attributes["container.id"] = container
+        attributes[sc.CONTAINER_ID] = container
     if pod:
-        attributes["k8s.pod.uid"] = pod
+        attributes[sc.K8S_POD_UID] = pod
     attributes.update(parse_resource_attributes(os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")))
     service_name = os.environ.get("OTEL_SERVICE_NAME", "").strip()
     if service_name:
-        attributes["service.name"] = service_name
+        attributes[sc.SERVICE_NAME] = service_name
     attributes.update(extra or {})
     return attributes
 

@@ -1,4 +1,4 @@
-"""One span consumer for the Pipeline that feeds both the span processor and the HTTP metrics."""
+"""One span consumer for the Pipeline that feeds both the span processor and the span metrics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import time
 from typing import Protocol
 
 from otelbpf.metrics.exporter import MetricsExporter
-from otelbpf.metrics.http import HttpMetrics
+from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.model import SpanRecord
 
 
@@ -16,7 +16,7 @@ class SpanProcessor(Protocol):
 
 
 class MeteredProcessor:
-    """``on_end`` hands a finished span to ``processor`` and records it in ``http_metrics``;
+    """``on_end`` hands a finished span to ``processor`` and records it in ``span_metrics``;
     ``shutdown`` stops the span processor, then the metrics exporter, within one timeout.
 
     The span processor goes first so that the final metrics export carries
@@ -28,7 +28,7 @@ class MeteredProcessor:
     def __init__(
         self,
         processor: SpanProcessor,
-        http_metrics: HttpMetrics,
+        span_metrics: SpanMetrics,
         exporter: MetricsExporter,
         *,
         metrics_share: float = 0.25,
@@ -36,11 +36,11 @@ class MeteredProcessor:
         if not 0.0 < metrics_share < 1.0:
             raise ValueError(f"metrics_share must be between 0 and 1, got {metrics_share!r}")
         self.processor = processor
-        self.http_metrics = http_metrics
+        self.span_metrics = span_metrics
         self.exporter = exporter
         self._metrics_share = metrics_share
         self._processor_on_end = processor.on_end
-        self._record = http_metrics.record
+        self._record = span_metrics.record
 
     def on_end(self, span: SpanRecord) -> None:
         """Hot path: both calls are O(1) and never raise."""

@@ -1,8 +1,10 @@
 """Collected metrics straight into OTLP ``ExportMetricsServiceRequest`` protobufs.
 
 Layout: one ``ResourceMetrics`` per traced process (its Resource from the
-ResourceLookup, as for its spans) holding ``http.server.request.duration``
-and/or ``http.client.request.duration``, and one for the agent itself
+ResourceLookup, as for its spans) holding one histogram per instrument that
+recorded something (name, unit, description and bucket boundaries from the
+instrument's definition, ``otelbpf.metrics.instruments.SpanHistogram``), and
+one for the agent itself
 holding its counters (monotonic Sums) and gauges. Every ``ScopeMetrics`` is
 scope ``otelbpf``, versioned with the agent. Temporality is cumulative.
 
@@ -12,8 +14,8 @@ over 4 MiB by default; a histogram point with its bounds and attributes is ~500 
 split repeats the Resource, scope and metric headers, as the official
 exporters' ``max_export_batch_size`` splitting does.
 
-Attribute values are written by the span encoder's attribute writers
-(``otelbpf.export.encode``), including its careful path for odd values.
+Attribute values are written by the shared attribute writers
+(``otelbpf.otlp.wire``), including their careful path for odd values.
 """
 
 from __future__ import annotations
@@ -24,19 +26,10 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 
 import otelbpf
-from otelbpf.export.encode import _fill_attributes, _fill_attributes_safely
 from otelbpf.metrics.agent import AgentMetrics
-from otelbpf.metrics.http import (
-    CLIENT_DURATION,
-    CLIENT_DURATION_DESCRIPTION,
-    DURATION_BOUNDARIES,
-    DURATION_UNIT,
-    SERVER_DURATION,
-    SERVER_DURATION_DESCRIPTION,
-    HistogramPoint,
-    ProcessHistograms,
-)
+from otelbpf.metrics.histograms import HistogramPoint, ProcessHistograms
 from otelbpf.model import AttributeValue
+from otelbpf.otlp.wire import fill_attributes_checked, fill_attributes_safely
 
 SCOPE_NAME = "otelbpf"
 CUMULATIVE = AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
@@ -56,20 +49,17 @@ def encode_metrics(
     builder = _Builder(max_points)
     for process in processes:
         builder.resource(process.resource)
-        for name, description, points in (
-            (SERVER_DURATION, SERVER_DURATION_DESCRIPTION, process.server),
-            (CLIENT_DURATION, CLIENT_DURATION_DESCRIPTION, process.client),
-        ):
-            builder.metric(name, description, DURATION_UNIT, _HISTOGRAM)
+        for instrument, points in process.histograms:
+            builder.metric(instrument.name, instrument.description, instrument.unit, _HISTOGRAM)
             for point in points:
-                _fill_histogram_point(builder.point(), point, time_ns)
+                _fill_histogram_point(builder.point(), point, instrument.boundaries, time_ns)
     if agent is not None:
         builder.resource(agent.resource)
         for total in agent.sums:
             builder.metric(total.name, total.description, total.unit, _SUM)
             for attributes, value in total.points:
                 out = builder.point()
-                _fill_point_attributes(out.attributes, attributes)
+                fill_attributes_checked(out.attributes, attributes)
                 out.start_time_unix_nano = agent.start_ns
                 out.time_unix_nano = time_ns
                 out.as_int = value
@@ -84,8 +74,8 @@ def encode_metrics(
     return builder.requests
 
 
-def _fill_histogram_point(out: Any, point: HistogramPoint, time_ns: int) -> None:
-    _fill_point_attributes(out.attributes, point.attributes)
+def _fill_histogram_point(out: Any, point: HistogramPoint, boundaries: Sequence[float], time_ns: int) -> None:
+    fill_attributes_checked(out.attributes, point.attributes)
     out.start_time_unix_nano = point.start_ns
     out.time_unix_nano = time_ns
     out.count = point.count
@@ -93,15 +83,7 @@ def _fill_histogram_point(out: Any, point: HistogramPoint, time_ns: int) -> None
     out.min = point.min
     out.max = point.max
     out.bucket_counts.extend(point.bucket_counts)
-    out.explicit_bounds.extend(DURATION_BOUNDARIES)
-
-
-def _fill_point_attributes(out: Any, attributes: Mapping[str, AttributeValue]) -> None:
-    try:
-        _fill_attributes(out, attributes)
-    except Exception:  # noqa: BLE001 - e.g. a string that is not valid UTF-8: coerce instead
-        del out[:]
-        _fill_attributes_safely(out, attributes)
+    out.explicit_bounds.extend(boundaries)
 
 
 class _Builder:
@@ -134,7 +116,7 @@ class _Builder:
             self._scope_metrics = self._data_points = None
         if self._scope_metrics is None:
             resource_metrics = self.requests[-1].resource_metrics.add()
-            _fill_attributes_safely(resource_metrics.resource.attributes, self._resource)
+            fill_attributes_safely(resource_metrics.resource.attributes, self._resource)
             self._scope_metrics = resource_metrics.scope_metrics.add()
             self._scope_metrics.scope.name = SCOPE_NAME
             self._scope_metrics.scope.version = otelbpf.__version__

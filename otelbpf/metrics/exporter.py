@@ -1,7 +1,7 @@
 """Exports the collected metrics on an interval, from a background thread.
 
 * Every ``interval_s`` (argument, else OTEL_METRIC_EXPORT_INTERVAL in
-  milliseconds, else 60 s as in the SDK) the timer thread collects: the HTTP
+  milliseconds, else 60 s as in the SDK) the timer thread collects: the span
   histograms, the agent's counters and gauges, all cumulative. It encodes
   them once (:func:`otelbpf.metrics.encode.encode_metrics`) and hands the
   requests to every sink.
@@ -42,7 +42,7 @@ from otelbpf.metrics.agent import (
     counter_sums,
 )
 from otelbpf.metrics.encode import DEFAULT_MAX_POINTS, encode_metrics
-from otelbpf.metrics.http import EXPIRED, OVERFLOWED, HttpMetrics, ProcessHistograms
+from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED, ProcessHistograms, SpanMetrics
 from otelbpf.metrics.sinks import MetricSink
 from otelbpf.model import AttributeValue
 from otelbpf.selfmetrics import Counters
@@ -89,11 +89,11 @@ class _Lane:
 
 
 class MetricsExporter:
-    """Collects HTTP metrics and the agent's self-metrics, exports them to ``sinks`` on an interval."""
+    """Collects the span metrics and the agent's self-metrics, exports them to ``sinks`` on an interval."""
 
     def __init__(
         self,
-        http_metrics: HttpMetrics | None,
+        span_metrics: SpanMetrics | None,
         counters: Counters,
         agent_resource: Mapping[str, AttributeValue] | None,
         sinks: Sequence[MetricSink],
@@ -103,13 +103,13 @@ class MetricsExporter:
         max_points_per_request: int = DEFAULT_MAX_POINTS,
         start: bool = True,
     ) -> None:
-        self._http = http_metrics
+        self._span_metrics = span_metrics
         self._counters = counters
         self._agent_resource = dict(agent_resource) if agent_resource is not None else agent_resource_attributes()
         self.interval_s = resolve_interval(interval_s)
         all_gauges = dict(gauges or {})
-        if http_metrics is not None:
-            all_gauges.setdefault(SERIES, lambda: http_metrics.series_count)
+        if span_metrics is not None:
+            all_gauges.setdefault(SERIES, lambda: span_metrics.series_count)
         self._gauges = GaugeReader(all_gauges)
         self._max_points = max_points_per_request
         self._start_ns = time.time_ns()
@@ -158,8 +158,8 @@ class MetricsExporter:
         """Collect everything now and encode it (what each export sends). Thread-safe."""
         with self._collect_lock:
             processes: list[ProcessHistograms] = []
-            if self._http is not None:
-                collection = self._http.collect()
+            if self._span_metrics is not None:
+                collection = self._span_metrics.collect()
                 processes = collection.processes
                 self._counters.add(OVERFLOWED, collection.overflowed)
                 self._counters.add(EXPIRED, collection.expired)
