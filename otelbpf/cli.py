@@ -10,11 +10,11 @@ import sys
 import time
 
 from otelbpf import __version__
+from otelbpf.otlp import OTLP_TRANSPORTS
 
 log = logging.getLogger("otelbpf")
 
 DEFAULT_JSON_FILE = "otelbpf-traces.json"
-PROTOCOLS = ("grpc", "http/protobuf")
 
 
 def _positive_int(text: str) -> int:
@@ -40,7 +40,7 @@ def _positive_float(text: str) -> float:
 def _add_output_options(p: argparse.ArgumentParser) -> None:
     out = p.add_argument_group("output (with none given: --console and --json-file %s)" % DEFAULT_JSON_FILE)
     out.add_argument("--otlp-endpoint", metavar="URL", help="send OTLP here (default from OTEL_EXPORTER_OTLP_*)")
-    out.add_argument("--otlp-protocol", choices=PROTOCOLS, help="OTLP transport (default grpc, or OTEL_EXPORTER_OTLP_PROTOCOL)")
+    out.add_argument("--otlp-protocol", choices=OTLP_TRANSPORTS, help="OTLP transport (default grpc, or OTEL_EXPORTER_OTLP_PROTOCOL)")
     out.add_argument("--json-file", metavar="PATH", help="write OTLP JSON, one ExportTraceServiceRequest per line")
     out.add_argument("--console", action="store_true", help="print a readable tree per trace")
     out.add_argument(
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--requests", type=_positive_int, default=20, help="requests to drive through the gateway")
     demo.add_argument("--json-file", default="otelbpf-demo.json", metavar="PATH", help="OTLP JSON output")
     demo.add_argument("--otlp-endpoint", metavar="URL", help="also send OTLP here")
-    demo.add_argument("--otlp-protocol", choices=PROTOCOLS)
+    demo.add_argument("--otlp-protocol", choices=OTLP_TRANSPORTS)
     demo.add_argument("--metrics-json-file", metavar="PATH", help="also write the metrics as OTLP JSON lines here")
     return parser
 
@@ -196,29 +196,29 @@ def build_metric_sinks(args):
 
 def build_consumer(args, resources, counters, default_to_console: bool = True):
     """Everything a finished span goes to: the batch span processor, and the
-    HTTP metrics with their exporter when metrics have somewhere to go.
+    span metrics with their exporter when metrics have somewhere to go.
     Raises ValueError/OSError for bad output options."""
     from otelbpf.export import BatchSpanProcessor
-    from otelbpf.metrics import HttpMetrics, MeteredProcessor, MetricsExporter, agent_resource_attributes
+    from otelbpf.metrics import MeteredProcessor, MetricsExporter, SpanMetrics, agent_resource_attributes
+    from otelbpf.registry import default_instruments
 
     processor = BatchSpanProcessor(build_sinks(args, default_to_console), resources, counters)
     metric_sinks = build_metric_sinks(args)
     if not metric_sinks:
         return processor, None
-    http_metrics = HttpMetrics(resources)
+    span_metrics = SpanMetrics(resources, default_instruments())
     exporter = MetricsExporter(
-        http_metrics, counters, agent_resource_attributes(), metric_sinks, interval_s=getattr(args, "metrics_interval", None)
+        span_metrics, counters, agent_resource_attributes(), metric_sinks, interval_s=getattr(args, "metrics_interval", None)
     )
-    return MeteredProcessor(processor, http_metrics, exporter), exporter
+    return MeteredProcessor(processor, span_metrics, exporter), exporter
 
 
 def cmd_run(args) -> int:
-    from otelbpf.agent import Agent
-    from otelbpf.pipeline import Pipeline
+    from otelbpf.agent import Agent, live_pipeline
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
-    from otelbpf.spans import PrivacyOptions
+    from otelbpf.semantics import SpanOptions
 
     config = CaptureConfig(
         pids=args.pid,
@@ -245,16 +245,8 @@ def cmd_run(args) -> int:
         return 2
 
     source = EbpfSource(config)
-    pipeline = Pipeline(
-        consumer,
-        resources,
-        counters,
-        PrivacyOptions(include_query=args.include_query_strings),
-        max_connections=args.max_connections,
-        on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id),
-        on_new_process=source.watch_process,
-        on_process_exit=source.forget_process,
-    )
+    options = SpanOptions(include_query=args.include_query_strings)
+    pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
     if metrics is not None:
         metrics.add_gauge("otelbpf.connections.open", lambda: len(pipeline.table))
     agent = Agent(source, pipeline, consumer, counters, stats_interval_s=args.stats_interval)
@@ -276,32 +268,23 @@ def cmd_run(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from otelbpf.pipeline import Pipeline
-    from otelbpf.resources import ProcessResources
+    from otelbpf.replay import replay_resources, run_replay
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.pcap import PcapError, PcapSource
-    from otelbpf.spans import PrivacyOptions
+    from otelbpf.semantics import SpanOptions
 
     counters = Counters()
     try:
         source = PcapSource(args.pcap, perspective=args.perspective)
-        resources = ProcessResources(describe=lambda pid, _comm: replay_attributes(source, pid))
+        resources = replay_resources(source)
         consumer, _metrics = build_consumer(args, resources, counters)
     except (ValueError, OSError, PcapError) as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
         return 2
-    pipeline = Pipeline(consumer, resources, counters, PrivacyOptions(include_query=args.include_query_strings))
-    batch = []
     try:
-        for event in source.events():
-            batch.append(event)
-            if len(batch) >= 1024:
-                pipeline.handle(batch)
-                batch = []
+        run_replay(source, consumer, resources, counters, SpanOptions(include_query=args.include_query_strings))
     except PcapError as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
-    pipeline.handle(batch)
-    pipeline.finish()
     consumer.shutdown(10.0)
     stats = counters.as_dict()
     stats.update({f"pcap.{k}": v for k, v in source.stats.items()})
@@ -310,10 +293,10 @@ def cmd_replay(args) -> int:
 
 
 def replay_attributes(source, pid: int) -> dict:
-    endpoint = source.endpoints.get(pid)
-    if endpoint is None:
-        return {"service.name": f"pcap-endpoint-{pid}"}
-    return {"service.name": endpoint.service_name, "otelbpf.source": "pcap"}
+    """Resource attributes of a replayed capture's synthetic process (see otelbpf.replay)."""
+    from otelbpf.replay import replay_attributes as attributes
+
+    return attributes(source, pid)
 
 
 if __name__ == "__main__":

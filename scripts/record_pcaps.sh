@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# Record the capture files that tests/test_pcap_source.py replays, into
-# tests/data/. This script is the source of truth for how each was made
-# (tests/data/README.md summarises it). Run as root: tcpdump needs it.
+# Record the capture files that tests/test_pcap_source.py and
+# tests/test_golden.py replay, into tests/data/ and tests/golden/. This script
+# is the source of truth for how each was made (tests/data/README.md and
+# tests/golden/README.md summarise it). Run as root: tcpdump needs it.
+#
+#   sudo bash scripts/record_pcaps.sh                    # every capture
+#   sudo bash scripts/record_pcaps.sh gateway udp_echo   # only these (names below, no .pcap)
 #
 # Every capture is real traffic on the loopback interface between a real
 # server and curl. Response bodies are generated deterministically
@@ -21,10 +25,15 @@
 #                          is cut to 200 bytes, so bodies are truncated
 #   sll.pcap, sll2.pcap    tcpdump -i any with -y LINUX_SLL / LINUX_SLL2: the
 #                          http.server GET /small.txt, in Linux cooked framing
+#   udp_echo.pcap          a UDP echo server and a client sending three datagrams
+#   gateway.pcap           (tests/golden/http1/) examples/http_gateway.py in front
+#                          of examples/http_backend.py, driven by curl: call
+#                          chains, for the golden tests
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 out="$here/tests/data"
+golden="$here/tests/golden"
 py=/usr/bin/python3
 user_agent="otelbpf-pcap-recorder"
 work=$(mktemp -d)
@@ -56,7 +65,7 @@ body = "".join(f"{name} line {i:05d}\n" for i in range(size // 10 + 1))[:size]
 sys.stdout.write(body)' "$1" "$2"
 }
 
-mkdir -p "$out" "$work/www"
+mkdir -p "$out" "$golden/http1" "$work/www"
 chmod 755 "$work" "$work/www"
 make_body small 2000 >"$work/www/small.txt"
 make_body a 300 >"$work/www/a.txt"
@@ -74,14 +83,22 @@ wait_for_port() {
     exit 1
 }
 
+# capture_path FILE: tests/data/FILE, or tests/golden/REST for FILE golden/REST.
+capture_path() {
+    case $1 in
+    golden/*) echo "$golden/${1#golden/}" ;;
+    *) echo "$out/$1" ;;
+    esac
+}
+
 # start_capture FILE FILTER [TCPDUMP-ARGS...]: tcpdump on lo unless -i is given.
 start_capture() {
     local file=$1 filter=$2
     shift 2
     local args=(-i lo)
     [[ " $* " == *" -i "* ]] && args=()
-    rm -f "$out/$file"
-    tcpdump "${args[@]}" "$@" -Z root --immediate-mode -U -w "$out/$file" "$filter" 2>"$work/tcpdump.log" &
+    rm -f "$(capture_path "$file")"
+    tcpdump "${args[@]}" "$@" -Z root --immediate-mode -U -w "$(capture_path "$file")" "$filter" 2>"$work/tcpdump.log" &
     tcpdump_pid=$!
     for _ in $(seq 100); do
         grep -q "listening on" "$work/tcpdump.log" 2>/dev/null && return 0
@@ -96,7 +113,7 @@ stop_capture() {
     kill -INT "$tcpdump_pid"
     wait "$tcpdump_pid" || true
     tcpdump_pid=""
-    say "$(ls -l "$out/$1" | awk '{print $5}') bytes  $1 ($(grep captured "$work/tcpdump.log"))"
+    say "$(ls -l "$(capture_path "$1")" | awk '{print $5}') bytes  $1 ($(grep captured "$work/tcpdump.log"))"
 }
 
 start_server() {
@@ -172,40 +189,108 @@ http {
 EOF
 start_server nginx -p "$work/nginx" -c "$work/nginx/nginx.conf"
 
-for port in 18080 18081 18082 18083 18084; do wait_for_port "$port"; done
+# The example services: a gateway on 18085 calling a backend on 18086.
+start_server "$py" "$here/examples/http_backend.py" --port 18086 --delay-ms 1
+start_server "$py" "$here/examples/http_gateway.py" --port 18085 --backend 127.0.0.1:18086
 
-# --- captures ----------------------------------------------------------------
-start_capture http_get.pcap "tcp port 18080"
-curl_ -o /dev/null http://127.0.0.1:18080/small.txt
-curl -sS -A "$user_agent" -o /dev/null http://127.0.0.1:18080/missing.txt
-stop_capture http_get.pcap
+# UDP echo server on 127.0.0.1:18090: answers each datagram with "echo: " + it.
+start_server "$py" -c '
+import socket
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.bind(("127.0.0.1", 18090))
+while True:
+    data, peer = sock.recvfrom(65535)
+    sock.sendto(b"echo: " + data, peer)'
 
-start_capture http_keepalive.pcap "tcp port 18081"
-curl_ -o /dev/null -o /dev/null -o /dev/null \
-    http://127.0.0.1:18081/a.txt http://127.0.0.1:18081/b.txt http://127.0.0.1:18081/c.txt
-stop_capture http_keepalive.pcap
+for port in 18080 18081 18082 18083 18084 18085 18086; do wait_for_port "$port"; done
 
-start_capture http_post_chunked.pcap "tcp port 18084"
-{ printf 'first part\n'; sleep 0.2; printf 'second part\n'; sleep 0.2; printf 'third part\n'; } |
-    curl_ -o /dev/null -X POST -T - -H "Expect:" -H "Content-Type: text/plain" http://127.0.0.1:18084/echo
-stop_capture http_post_chunked.pcap
+# --- captures: record_NAME makes NAME.pcap ---------------------------------------
 
-start_capture nginx_large.pcap "tcp port 18082"
-curl_ -o /dev/null http://127.0.0.1:18082/large.txt
-stop_capture nginx_large.pcap
+record_http_get() {
+    start_capture http_get.pcap "tcp port 18080"
+    curl_ -o /dev/null http://127.0.0.1:18080/small.txt
+    curl -sS -A "$user_agent" -o /dev/null http://127.0.0.1:18080/missing.txt
+    stop_capture http_get.pcap
+}
 
-start_capture http_ipv6.pcap "tcp port 18083"
-curl_ -g -o /dev/null "http://[::1]:18083/small.txt"
-stop_capture http_ipv6.pcap
+record_http_keepalive() {
+    start_capture http_keepalive.pcap "tcp port 18081"
+    curl_ -o /dev/null -o /dev/null -o /dev/null \
+        http://127.0.0.1:18081/a.txt http://127.0.0.1:18081/b.txt http://127.0.0.1:18081/c.txt
+    stop_capture http_keepalive.pcap
+}
 
-start_capture snaplen200.pcap "tcp port 18082" -s 200
-curl_ -o /dev/null http://127.0.0.1:18082/large.txt
-stop_capture snaplen200.pcap
+record_http_post_chunked() {
+    start_capture http_post_chunked.pcap "tcp port 18084"
+    { printf 'first part\n'; sleep 0.2; printf 'second part\n'; sleep 0.2; printf 'third part\n'; } |
+        curl_ -o /dev/null -X POST -T - -H "Expect:" -H "Content-Type: text/plain" http://127.0.0.1:18084/echo
+    stop_capture http_post_chunked.pcap
+}
 
-start_capture sll.pcap "tcp port 18080" -i any -y LINUX_SLL
-curl_ -o /dev/null http://127.0.0.1:18080/small.txt
-stop_capture sll.pcap
+record_nginx_large() {
+    start_capture nginx_large.pcap "tcp port 18082"
+    curl_ -o /dev/null http://127.0.0.1:18082/large.txt
+    stop_capture nginx_large.pcap
+}
 
-start_capture sll2.pcap "tcp port 18080" -i any -y LINUX_SLL2
-curl_ -o /dev/null http://127.0.0.1:18080/small.txt
-stop_capture sll2.pcap
+record_http_ipv6() {
+    start_capture http_ipv6.pcap "tcp port 18083"
+    curl_ -g -o /dev/null "http://[::1]:18083/small.txt"
+    stop_capture http_ipv6.pcap
+}
+
+record_snaplen200() {
+    start_capture snaplen200.pcap "tcp port 18082" -s 200
+    curl_ -o /dev/null http://127.0.0.1:18082/large.txt
+    stop_capture snaplen200.pcap
+}
+
+record_sll() {
+    start_capture sll.pcap "tcp port 18080" -i any -y LINUX_SLL
+    curl_ -o /dev/null http://127.0.0.1:18080/small.txt
+    stop_capture sll.pcap
+}
+
+record_sll2() {
+    start_capture sll2.pcap "tcp port 18080" -i any -y LINUX_SLL2
+    curl_ -o /dev/null http://127.0.0.1:18080/small.txt
+    stop_capture sll2.pcap
+}
+
+record_udp_echo() {
+    for _ in $(seq 100); do ss -Huln "sport = :18090" | grep -q . && break; sleep 0.05; done
+    start_capture udp_echo.pcap "udp port 18090"
+    "$py" -c '
+import socket
+sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+sock.settimeout(5)
+for message in (b"ping 1", b"ping 2", b"x" * 3000):
+    sock.sendto(message, ("127.0.0.1", 18090))
+    sock.recvfrom(65535)'
+    stop_capture udp_echo.pcap
+}
+
+# Four calls through the gateway, each a curl connection (one handler thread,
+# so one backend connection each): a GET with a W3C traceparent from an
+# upstream caller, a POST, a GET that the backend fails (500, answered 502),
+# and a plain GET.
+record_gateway() {
+    start_capture golden/http1/gateway.pcap "tcp port 18085 or tcp port 18086"
+    curl_ -o /dev/null -H "traceparent: 00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01" \
+        http://127.0.0.1:18085/api/items/7
+    curl_ -o /dev/null -X POST -H "Content-Type: application/json" -d '{"input": [1, 2, 3]}' \
+        http://127.0.0.1:18085/api/predict
+    curl -sS -A "$user_agent" -o /dev/null http://127.0.0.1:18085/api/error
+    curl_ -o /dev/null http://127.0.0.1:18085/api/items/8
+    stop_capture golden/http1/gateway.pcap
+}
+
+all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway)
+[ $# -gt 0 ] || set -- "${all_captures[@]}"
+for name in "$@"; do
+    if ! declare -F "record_$name" >/dev/null; then
+        echo "record_pcaps: no capture named $name (known: ${all_captures[*]})" >&2
+        exit 2
+    fi
+done
+for name in "$@"; do "record_$name"; done

@@ -21,8 +21,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otelbpf.events import ConnClose, ConnOpen, DataEvent, Event, RoleHint
-from otelbpf.sources import pcap
+from otelbpf.events import ConnClose, ConnOpen, DataEvent, DatagramEvent, Event, RoleHint
+from otelbpf.sources.pcap import Perspective, datagrams, link, streams
+from otelbpf.sources.pcap import replay as pcap_replay
 from otelbpf.sources.pcap import Endpoint, PcapError, PcapSource
 from protocols.base import Direction
 
@@ -50,6 +51,7 @@ class Conn:
     open: ConnOpen
     data: list[DataEvent] = field(default_factory=list)
     close: ConnClose | None = None
+    datagrams: list[DatagramEvent] = field(default_factory=list)  # UDP sockets
 
     def stream(self, direction: Direction) -> bytes:
         """The captured bytes; raises if any were missing (use layout())."""
@@ -90,6 +92,10 @@ def connections(events: list[Event]) -> dict[int, Conn]:
         if isinstance(event, DataEvent):
             assert 0 <= len(event.data) <= event.total_len and event.total_len > 0
             conn.data.append(event)
+        elif isinstance(event, DatagramEvent):
+            assert 0 <= len(event.data) <= event.total_len
+            assert event.family == conn.open.family and event.peer_port
+            conn.datagrams.append(event)
         else:
             assert isinstance(event, ConnClose)
             conn.close = event
@@ -98,7 +104,7 @@ def connections(events: list[Event]) -> dict[int, Conn]:
 
 
 def replay(
-    path: Path, perspective: pcap.Perspective = "server", capture_bytes: int | None = None
+    path: Path, perspective: Perspective = "server", capture_bytes: int | None = None
 ) -> tuple[PcapSource, dict[int, Conn]]:
     source = PcapSource(path, perspective, capture_bytes)
     events = list(source.events())
@@ -144,7 +150,7 @@ def test_http_get_two_connections_byte_exact() -> None:
     assert head.startswith(b"HTTP/1.0 404 File not found\r\n") and page.rstrip().endswith(b"</html>")
     assert source.stats["packets"] == source.stats["tcp_segments"] > 20
     assert source.stats["connections"] == 2
-    assert sum(source.stats[k] for k in ("retransmits", "out_of_order", "holes", "missing_bytes", "non_tcp")) == 0
+    assert sum(source.stats[k] for k in ("retransmits", "out_of_order", "holes", "missing_bytes", "unsupported", "udp_datagrams")) == 0
 
 
 def test_server_conn_open_describes_the_accepted_socket() -> None:
@@ -263,12 +269,12 @@ def test_events_can_be_replayed_again() -> None:
     assert source.stats["connections"] == 2  # counted afresh, not added to the first pass
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.pcap")))
+@pytest.mark.parametrize("name", sorted(p.name for p in DATA.glob("*.pcap") if not p.name.startswith("udp_")))
 def test_every_mode_gives_the_same_streams(name: str) -> None:
     """Whatever the perspective and chunking, each connection carries the
     same bytes (and as many missing bytes) each way."""
 
-    def flows(perspective: pcap.Perspective, capture_bytes: int | None = None) -> dict[bool, list[tuple]]:
+    def flows(perspective: Perspective, capture_bytes: int | None = None) -> dict[bool, list[tuple]]:
         """Per side (True: servers), each connection's (client->server, server->client)."""
         _, conns = replay(DATA / name, perspective, capture_bytes)
         sides: dict[bool, list[tuple]] = {True: [], False: []}
@@ -459,7 +465,7 @@ def test_hole_never_acknowledged_is_reported_at_close(tmp_path: Path) -> None:
 
 
 def test_out_of_order_buffer_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pcap, "MAX_OUT_OF_ORDER_BYTES", 25)
+    monkeypatch.setattr(streams, "MAX_OUT_OF_ORDER_BYTES", 25)
     c = Conversation()
     request = c.send(True, REQUEST)
     parts = [bytes([65 + i]) * 10 for i in range(5)]
@@ -539,7 +545,7 @@ def test_capture_starting_at_the_syn_ack(tmp_path: Path) -> None:
 def test_closed_connections_are_forgotten_after_a_while(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A stray packet soon after the close is ignored; much later, data on
     the same addresses is a connection seen mid-way."""
-    monkeypatch.setattr(pcap, "CLOSED_CONNECTION_MEMORY_NS", 2_500_000)  # 2.5 packets apart
+    monkeypatch.setattr(pcap_replay, "CLOSED_CONNECTION_MEMORY_NS", 2_500_000)  # 2.5 packets apart
     c = Conversation()
     packets = c.handshake() + [c.send(True, b"one")] + c.closing()
     packets += [c.send(False, b"stray"), c.packet(True, ACK), c.packet(True, ACK), c.send(True, b"later")]
@@ -570,16 +576,16 @@ def test_truncated_packets_report_missing_bytes(tmp_path: Path) -> None:
     assert source.stats["truncated_packets"] == 1
 
 
-def test_non_tcp_packets_are_counted_and_skipped(tmp_path: Path) -> None:
+def test_packets_neither_tcp_nor_udp_are_counted_and_skipped(tmp_path: Path) -> None:
     c = Conversation()
-    udp = bytes(dpkt.ip.IP(src=b"\x01\x02\x03\x04", dst=b"\x01\x02\x03\x05", p=dpkt.ip.IP_PROTO_UDP,
-                           data=dpkt.udp.UDP(sport=53, dport=53, data=b"dns")))
+    icmp = bytes(dpkt.ip.IP(src=b"\x01\x02\x03\x04", dst=b"\x01\x02\x03\x05", p=dpkt.ip.IP_PROTO_ICMP,
+                            data=dpkt.icmp.ICMP(type=8, data=b"ping")))
     arp = b"\xff" * 6 + b"\x02" * 6 + b"\x08\x06" + b"\x00" * 28
-    packets = [ethernet(p) for p in c.handshake() + [udp, c.send(True, REQUEST)] + c.closing()]
+    packets = [ethernet(p) for p in c.handshake() + [icmp, c.send(True, REQUEST)] + c.closing()]
     packets.insert(1, arp)
     source, conn = one_conn(write_pcap(tmp_path / "mixed.pcap", packets, frame=lambda f: f))
     assert conn.stream(Direction.INGRESS) == REQUEST
-    assert source.stats["non_tcp"] == 2 and source.stats["tcp_segments"] == 6
+    assert source.stats["unsupported"] == 2 and source.stats["tcp_segments"] == 6
 
 
 # --- file formats and link types --------------------------------------------------
@@ -770,16 +776,161 @@ def test_bad_arguments() -> None:
         PcapSource(DATA / "http_get.pcap", capture_bytes=0)
 
 
+# --- UDP ----------------------------------------------------------------------------
+
+
+def udp_packet(src: tuple[str, int], dst: tuple[str, int], payload: bytes) -> bytes:
+    udp = dpkt.udp.UDP(sport=src[1], dport=dst[1], data=payload)
+    udp.ulen = len(bytes(udp))
+    if ":" in src[0]:
+        return bytes(dpkt.ip6.IP6(
+            src=socket.inet_pton(socket.AF_INET6, src[0]), dst=socket.inet_pton(socket.AF_INET6, dst[0]),
+            nxt=dpkt.ip.IP_PROTO_UDP, hlim=64, plen=len(bytes(udp)), data=udp))
+    return bytes(dpkt.ip.IP(src=socket.inet_aton(src[0]), dst=socket.inet_aton(dst[0]), p=dpkt.ip.IP_PROTO_UDP, data=udp))
+
+
+def ipv4_fragments(packet: bytes, size: int) -> list[bytes]:
+    """``packet`` (IPv4, 20-byte header) cut into fragments of ``size`` payload bytes (a multiple of 8)."""
+    header, payload = packet[:20], packet[20:]
+    out = []
+    for offset in range(0, len(payload), size):
+        piece = payload[offset : offset + size]
+        more = 0x2000 if offset + size < len(payload) else 0
+        fragment = bytearray(header + piece)
+        struct.pack_into(">HHH", fragment, 2, 20 + len(piece), 4242, more | offset // 8)
+        struct.pack_into(">H", fragment, 10, 0)
+        out.append(bytes(fragment))
+    return out
+
+
+def datagram_view(conns: dict[int, Conn]) -> list[tuple]:
+    """Per UDP socket: (pid, local port, [(direction, data, total, peer)...])."""
+    return [
+        (c.open.pid, c.open.local_port,
+         [(d.direction.name, d.data, d.total_len, (d.peer_addr, d.peer_port)) for d in c.datagrams])
+        for c in conns.values() if c.datagrams
+    ]
+
+
+def test_udp_echo_recorded_server_side() -> None:
+    source, conns = replay(DATA / "udp_echo.pcap")
+    [sock] = conns.values()
+    assert source.endpoints == {1: Endpoint(1, "server", "127.0.0.1", 18090, "127.0.0.1:18090")}
+    assert (sock.open.family, sock.open.local_addr, sock.open.local_port) == (socket.AF_INET, "127.0.0.1", 18090)
+    assert (sock.open.peer_addr, sock.open.peer_port, sock.open.role_hint) == ("", 0, RoleHint.UNKNOWN)
+    assert not sock.data and sock.close is not None
+    sent = [b"ping 1", b"ping 2", b"x" * 3000]
+    received = [(d.direction, d.data) for d in sock.datagrams]
+    assert received == [pair for m in sent for pair in ((Direction.INGRESS, m), (Direction.EGRESS, b"echo: " + m))]
+    client_port = sock.datagrams[0].peer_port
+    assert {(d.peer_addr, d.peer_port) for d in sock.datagrams} == {("127.0.0.1", client_port)} and client_port != 18090
+    assert source.stats["udp_datagrams"] == 6 and source.stats["udp_sockets"] == 1
+    assert source.stats["tcp_segments"] == source.stats["connections"] == 0
+
+
+def test_udp_echo_client_side_and_both() -> None:
+    source, conns = replay(DATA / "udp_echo.pcap", "client")
+    [sock] = conns.values()
+    assert source.endpoints[1].role == "client"
+    assert [d.direction for d in sock.datagrams][:2] == [Direction.EGRESS, Direction.INGRESS]
+    assert {d.peer_port for d in sock.datagrams} == {18090}
+    events = list(PcapSource(DATA / "udp_echo.pcap", "both").events())
+    grams = [e for e in events if isinstance(e, DatagramEvent)]
+    assert len(grams) == 12
+    for send, receive in zip(grams[::2], grams[1::2]):  # each datagram: the sender's EGRESS, then the receiver's INGRESS
+        assert (send.direction, receive.direction) == (Direction.EGRESS, Direction.INGRESS)
+        assert (send.data, send.ts_ns) == (receive.data, receive.ts_ns) and send.pid != receive.pid
+    assert isinstance(events[0], ConnOpen) and isinstance(events[1], ConnOpen)
+    assert [type(e) for e in events[-2:]] == [ConnClose, ConnClose]
+
+
+def test_udp_server_side_heuristics(tmp_path: Path) -> None:
+    """First receiver; a privileged port even when its answer comes first;
+    an endpoint already serving another peer."""
+    resolver, app, other = ("10.0.0.53", 53), ("10.0.0.1", 40000), ("10.0.0.2", 40001)
+    game, player = ("10.0.0.9", 27015), ("10.0.0.7", 50000)
+    packets = [
+        udp_packet(resolver, app, b"answer seen first"),  # the query was before the capture
+        udp_packet(player, game, b"hello"),  # first receiver: the game server (despite the port)
+        udp_packet(game, player, b"welcome"),
+        udp_packet(game, other, b"state"),  # game already serves: it is the server here too
+    ]
+    source, conns = replay(write_pcap(tmp_path / "udp.pcap", packets))
+    servers = {e.service_name for e in source.endpoints.values()}
+    assert servers == {"10.0.0.53:53", "10.0.0.9:27015"}
+    view = {port: grams for _, port, grams in datagram_view(conns)}
+    assert view[53] == [("EGRESS", b"answer seen first", 17, ("10.0.0.1", 40000))]
+    assert [g[:2] for g in view[27015]] == [("INGRESS", b"hello"), ("EGRESS", b"welcome"), ("EGRESS", b"state")]
+
+
+def test_udp_multicast_is_replayed_from_the_sender_only(tmp_path: Path) -> None:
+    host = ("10.0.0.5", 5353)
+    packets = [udp_packet(host, ("224.0.0.251", 5353), b"mdns query"), udp_packet(("fe80::1", 5353), ("ff02::fb", 5353), b"v6")]
+    for perspective in ("server", "client", "both"):
+        source, conns = replay(write_pcap(tmp_path / "mc.pcap", packets), perspective)
+        view = datagram_view(conns)
+        assert [grams for _, _, grams in view] == [[("EGRESS", b"mdns query", 10, ("224.0.0.251", 5353))],
+                                                  [("EGRESS", b"v6", 2, ("ff02::fb", 5353))]]
+        assert source.stats["multicast_datagrams"] == 2
+        assert [e.role for e in source.endpoints.values()] == ["client", "client"]
+
+
+def test_udp_ipv6_and_snap_length(tmp_path: Path) -> None:
+    client, server = ("fd00::1", 40000), ("fd00::2", 8125)
+    payload = bytes(range(200))
+    path = write_pcap(tmp_path / "v6.pcap", [udp_packet(client, server, payload)], 101, lambda p: p[:40 + 8 + 50])
+    source, conns = replay(path)
+    [sock] = conns.values()
+    assert (sock.open.family, sock.open.local_addr) == (socket.AF_INET6, "fd00::2")
+    [gram] = sock.datagrams
+    assert (gram.data, gram.total_len, gram.missing) == (payload[:50], 200, 150)
+    assert gram.peer_addr == "fd00::1" and gram.family == socket.AF_INET6
+    assert source.stats["truncated_packets"] == 1 and source.stats["missing_bytes"] == 150
+
+
+def test_ipv4_fragments_are_reassembled(tmp_path: Path) -> None:
+    payload = bytes(range(256)) * 12  # 3072 bytes
+    packet = udp_packet(CLIENT, ("10.0.0.2", 4789), payload)
+    fragments = ipv4_fragments(packet, 1024)
+    assert len(fragments) == 4
+    shuffled = [fragments[2], fragments[0], fragments[3], fragments[1]]
+    lost = ipv4_fragments(udp_packet(CLIENT, ("10.0.0.2", 4789), b"y" * 2000), 1024)[:1]  # the rest never came
+    source, conns = replay(write_pcap(tmp_path / "frag.pcap", shuffled + lost))
+    [sock] = conns.values()
+    [gram] = sock.datagrams
+    assert (gram.data, gram.total_len, gram.ts_ns) == (payload, len(payload), ts_of(3))  # when the last one arrived
+    stats = source.stats
+    assert (stats["ip_fragments"], stats["fragments_reassembled"], stats["fragments_dropped"]) == (5, 1, 1)
+    assert stats["udp_datagrams"] == 1
+
+
+def test_tcp_and_udp_interleaved_stay_in_time_order(tmp_path: Path) -> None:
+    c = Conversation()
+    dns = [udp_packet(("10.0.0.1", 45000), ("10.0.0.53", 53), b"q"), udp_packet(("10.0.0.53", 53), ("10.0.0.1", 45000), b"a")]
+    packets = c.handshake() + [c.send(True, REQUEST), dns[0], c.send(False, RESPONSE[0]), dns[1], c.send(False, RESPONSE[1])]
+    packets += c.closing()
+    path = write_pcap(tmp_path / "mixed.pcap", packets)
+    for capture_bytes in (None, 1000):
+        _, conns = replay(path, "both", capture_bytes)  # connections() checks the time order
+        tcp = [conn for conn in conns.values() if conn.data]
+        assert len(tcp) == 2 and len([conn for conn in conns.values() if conn.datagrams]) == 2
+        server = next(conn for conn in tcp if conn.open.role_hint == RoleHint.ACCEPTED)
+        assert server.stream(Direction.EGRESS) == RESPONSE[0] + RESPONSE[1]
+
+
 # --- properties ---------------------------------------------------------------------
 
 
 @settings(max_examples=150, deadline=None)
-@given(frames=st.lists(st.binary(max_size=120), max_size=20), linktype=st.sampled_from(sorted(pcap._LINK_DECODERS)))
+@given(frames=st.lists(st.binary(max_size=120), max_size=20), linktype=st.sampled_from(sorted(link.LINK_DECODERS)))
 def test_garbage_frames_never_raise(frames: list[bytes], linktype: int) -> None:
-    stats = pcap._new_stats()
-    for frame in frames:
-        pcap._decode_segment(linktype, frame, stats)
-    assert stats["non_tcp"] + stats["malformed"] + stats["tcp_segments"] == len(frames)
+    stats = pcap_replay.new_stats()
+    fragments = datagrams.Ipv4Fragments(stats)
+    for i, frame in enumerate(frames):
+        link.decode_packet(linktype, frame, i, stats, fragments)
+    fragments.finish()
+    outcomes = ("unsupported", "malformed", "tcp_segments", "udp_datagrams", "ip_fragments")
+    assert sum(stats[k] for k in outcomes) == len(frames) + stats["fragments_reassembled"]
 
 
 @settings(max_examples=150, deadline=None)
@@ -795,9 +946,9 @@ def test_any_arrival_order_rebuilds_the_stream(data: st.DataObject) -> None:
     arrivals += [(start, min(start + size, len(stream))) for start, size in data.draw(st.lists(recut, max_size=5))]
     arrivals = data.draw(st.permutations(arrivals))
     isn = 2**32 - 100  # wraps midway
-    out: list[pcap._Piece] = []
-    stats = pcap._new_stats()
-    receiver = pcap._Stream(stats)
+    out: list[streams.Piece] = []
+    stats = pcap_replay.new_stats()
+    receiver = streams.Stream(stats)
     receiver.start(isn)
     for start, end in arrivals:
         receiver.segment(0, isn + start, stream[start:end], end - start, False, out)
