@@ -11,7 +11,11 @@
 #      version mismatch is harmless (see DEVELOPERS.md, "Kernel headers").
 #   3. tracefs mounted at /sys/kernel/tracing.
 #   4. A venv (.venv) on Debian's /usr/bin/python3 with --system-site-packages
-#      so it can import Debian's `bcc`, and `pip install -e .[test]` into it.
+#      so it can import Debian's `bcc`, and `pip install -e .[test]` into it,
+#      which compiles the hot-path modules with Cython in place (setup.py; the
+#      list is pyproject.toml's [tool.otelbpf] compiled). Here the compile must
+#      succeed (OTELBPF_REQUIRE_COMPILED=1); the stamp covers those sources, so
+#      editing one rebuilds.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -24,7 +28,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 arch=$(dpkg --print-architecture)   # amd64, arm64
-packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-light wrk iproute2 tcpdump)
+packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-light wrk iproute2 tcpdump
+          gcc libc6-dev python3-dev)   # the last three build the Cython extensions
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -60,9 +65,31 @@ if ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
     mount -t tracefs tracefs /sys/kernel/tracing && say "mounted tracefs at /sys/kernel/tracing"
 fi
 
+# The compiled modules (one list, in pyproject.toml) and their sources (.py, .pxd).
+compiled=$(/usr/bin/python3 -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["tool"]["otelbpf"]["compiled"]))' "$here/pyproject.toml")
+compiled_sources=()
+for m in $compiled; do
+    for f in "$here/${m//.//}.py" "$here/${m//.//}.pxd"; do
+        [ -e "$f" ] && compiled_sources+=("$f")
+    done
+done
+# Each listed module must import as its extension, built after its sources changed.
+check_compiled='
+import importlib, importlib.machinery, os, sys
+for name, src in zip(sys.argv[1::2], sys.argv[2::2]):
+    m = importlib.import_module(name)
+    assert isinstance(m.__loader__, importlib.machinery.ExtensionFileLoader), name + " is not compiled"
+    assert os.path.getmtime(m.__file__) >= os.path.getmtime(src), name + " is older than " + src
+'
+check_args=()
+for f in "${compiled_sources[@]}"; do
+    m=${f#"$here/"}; m=${m%.*}; check_args+=("${m//\//.}" "$f")
+done
+
 stamp="$venv/.otelbpf-installed"
-want=$(cat "$here/pyproject.toml" "$0" | sha256sum | cut -d' ' -f1)
-if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c 'import bcc, otelbpf' 2>/dev/null; then
+want=$(cat "$here/pyproject.toml" "$here/setup.py" "$0" "${compiled_sources[@]}" | sha256sum | cut -d' ' -f1)
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c 'import bcc, otelbpf' 2>/dev/null \
+    && "$venv/bin/python" -c "$check_compiled" "${check_args[@]}" 2>/dev/null; then
     say "venv up to date: $venv"
     exit 0
 fi
@@ -70,9 +97,10 @@ if [ ! -x "$venv/bin/python" ]; then
     say "creating venv $venv (Debian python3, with system site-packages for bcc)"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
-say "pip install -e .[test]"
+say "pip install -e .[test] (compiles: $compiled)"
 # (some hosts' pip config names local mirrors that may be absent: drop those warnings)
-"$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here[test]" 2>&1 | { grep -v '^WARNING: Location' || true; }
+OTELBPF_REQUIRE_COMPILED=1 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here[test]" 2>&1 | { grep -v '^WARNING: Location' || true; }
 "$venv/bin/python" -c 'import bcc, otelbpf, protocols' 
+"$venv/bin/python" -c "$check_compiled" "${check_args[@]}" || { echo "install: the compiled modules were not built" >&2; exit 1; }
 echo "$want" > "$stamp"
 say "done: $venv/bin/otelbpf"

@@ -1,0 +1,70 @@
+"""Builds the compiled hot path: Cython compiles the pure-Python modules listed in
+pyproject.toml under ``[tool.otelbpf] compiled`` (the one list; add a module there).
+
+Each listed ``.py`` stays the single source of truth: it runs as plain Python where
+no extension was built, and the extension (``.so`` beside it, preferred by import)
+where one was. Types for Cython come from ``@cython.*`` decorators / ``cython.declare``
+in the module, or from an augmenting ``.pxd`` of the same name beside it.
+
+``pip install -e .`` (scripts/install.sh) builds the extensions in place. Where Cython
+or a C compiler is missing the build warns and installs the pure modules, unless CI
+is set or OTELBPF_REQUIRE_COMPILED=1, where it fails. tests/test_compiled.py fails
+when the extensions are missing, stale or not the modules imported.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+from setuptools import Extension, setup
+
+HERE = Path(__file__).resolve().parent
+
+# Directives for every compiled module. annotation_typing=False: plain annotations
+# (``data: bytes``, ``n: int``) stay hints, as in the pure module, instead of becoming
+# exact type checks that only the compiled build would enforce. C types are opted into
+# explicitly (@cython.locals, cython.declare, a .pxd).
+DIRECTIVES = {
+    "language_level": 3,
+    "annotation_typing": False,
+    "embedsignature": True,
+}
+
+
+def compiled_modules() -> list[str]:
+    with open(HERE / "pyproject.toml", "rb") as f:
+        return list(tomllib.load(f)["tool"]["otelbpf"]["compiled"])
+
+
+def _required() -> bool:
+    return bool(os.environ.get("CI")) or os.environ.get("OTELBPF_REQUIRE_COMPILED") == "1"
+
+
+def extensions() -> list[Extension]:
+    required = _required()
+    try:
+        from Cython.Build import cythonize
+    except ImportError:
+        if required:
+            raise
+        print("otelbpf: Cython is not installed: installing the pure-Python modules only", file=sys.stderr)
+        return []
+    exts = [
+        # optional: a C compile failure warns (setuptools) instead of failing the install,
+        # except where the compiled path is required (CI, OTELBPF_REQUIRE_COMPILED=1)
+        Extension(name, [name.replace(".", "/") + ".py"], optional=not required)
+        for name in compiled_modules()
+    ]
+    try:
+        return cythonize(exts, build_dir="build/cython", compiler_directives=DIRECTIVES, quiet=True)
+    except Exception as exc:  # Cython.Compiler.Errors.CompileError
+        if required:
+            raise
+        print(f"otelbpf: Cython failed ({exc}): installing the pure-Python modules only", file=sys.stderr)
+        return []
+
+
+setup(ext_modules=extensions())

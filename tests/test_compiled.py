@@ -1,0 +1,151 @@
+"""The compiled hot path is built, current, and the code that runs.
+
+pyproject.toml ``[tool.otelbpf] compiled`` lists the modules Cython compiles (setup.py).
+Each must import as its extension (``.so``), built after its last source change, or
+this test fails: under CI always; elsewhere too, unless OTELBPF_ALLOW_PURE=1 says the
+pure-Python modules are wanted (then it skips, saying why). Build with
+``scripts/install.sh`` (``make install``) or ``.venv/bin/pip install -e .``.
+
+The equivalence tests feed the same inputs to the compiled module and to its ``.py``
+loaded by path (never the extension) and compare the outputs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+import importlib.util
+import os
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def compiled_modules() -> list[str]:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return list(tomllib.load(f)["tool"]["otelbpf"]["compiled"])
+
+
+def source_of(name: str) -> Path:
+    return ROOT / (name.replace(".", "/") + ".py")
+
+
+def load_pure(name: str):
+    """The module's ``.py`` source, executed as plain Python under another name."""
+    spec = importlib.util.spec_from_file_location(name.replace(".", "_") + "_pure", source_of(name))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _problem(name: str) -> str | None:
+    module = importlib.import_module(name)
+    path = Path(getattr(module, "__file__", "") or "")
+    if not isinstance(module.__loader__, importlib.machinery.ExtensionFileLoader) or not any(
+        path.name.endswith(suffix) for suffix in importlib.machinery.EXTENSION_SUFFIXES
+    ):
+        return f"{name} was imported from {path.name or '?'}, not from a compiled extension"
+    if getattr(module, "COMPILED", True) is not True:
+        return f"{name}: its extension says cython.compiled is False"
+    built = path.stat().st_mtime
+    for src in (source_of(name), source_of(name).with_suffix(".pxd")):
+        if src.exists() and src.stat().st_mtime > built:
+            return f"{name}: {path.name} is older than {src.name} (stale build)"
+    return None
+
+
+@pytest.mark.parametrize("name", compiled_modules())
+def test_compiled_module_is_built_current_and_imported(name):
+    problem = _problem(name)
+    if problem is None:
+        return
+    problem += "; rebuild with scripts/install.sh or `.venv/bin/pip install -e .`"
+    if os.environ.get("CI"):
+        pytest.fail(f"CI is set: {problem}", pytrace=False)
+    if os.environ.get("OTELBPF_ALLOW_PURE") == "1":
+        pytest.skip(f"OTELBPF_ALLOW_PURE=1: {problem}")
+    pytest.fail(f"{problem} (or set OTELBPF_ALLOW_PURE=1 to run the pure-Python modules)", pytrace=False)
+
+
+def test_the_list_names_existing_sources():
+    for name in compiled_modules():
+        assert source_of(name).is_file(), name
+
+
+# -- same inputs, compiled and pure ---------------------------------------------------
+
+
+def _compiled(name: str):
+    problem = _problem(name)
+    if problem is not None:
+        pytest.skip(f"no current extension to compare ({problem}); test_compiled_module_* fails for it")
+    return importlib.import_module(name)
+
+
+def _ringbuf_tests():
+    spec = importlib.util.spec_from_file_location("otelbpf_test_ringbuf", ROOT / "tests" / "test_ringbuf.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_ringbuf_compiled_and_pure_drain_the_same_records(seed):
+    compiled = _compiled("otelbpf.sources.ringbuf")
+    pure = load_pure("otelbpf.sources.ringbuf")
+    assert compiled.COMPILED and not pure.COMPILED
+    run_fake = _ringbuf_tests().run_fake
+    expected_c, drained_c = run_fake(compiled, seed)
+    expected_p, drained_p = run_fake(pure, seed)
+    assert expected_c == expected_p
+    assert drained_c == drained_p == expected_c
+
+
+def test_pure_modules_run_without_cython_installed():
+    """Where Cython is absent (``import cython`` fails), the sources still import and run."""
+    code = (
+        "import sys, importlib.util\n"
+        "sys.modules['cython'] = None\n"
+        "for name, path in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+        "    spec = importlib.util.spec_from_file_location(name + '_pure', path)\n"
+        "    m = importlib.util.module_from_spec(spec)\n"
+        "    spec.loader.exec_module(m)\n"
+        "    assert getattr(m, 'COMPILED', False) is False, name\n"
+        "print('ok')\n"
+    )
+    args = [x for name in compiled_modules() for x in (name, str(source_of(name)))]
+    out = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def _outcome(fn):
+    try:
+        return ("ok", repr(fn()))
+    except Exception as exc:  # noqa: BLE001 - the same exception is part of the same behaviour
+        return ("raised", type(exc).__name__)
+
+
+def test_ebpf_layout_compiled_and_pure_decode_the_same_events():
+    name = "otelbpf.sources.ebpf_layout"
+    if name not in compiled_modules():
+        pytest.skip(f"{name} is not in [tool.otelbpf] compiled")
+    compiled = _compiled(name)
+    pure = load_pure(name)
+    import random
+
+    rng = random.Random(5)
+    size = pure.HEADER.size + 96
+    for _ in range(3000):
+        # small byte values so that kinds, directions and lengths are often valid
+        raw = bytes(rng.choice((0, 0, 1, 2, 3, 4, 5, 10, 127)) for _ in range(rng.randrange(size)))
+        results = []
+        for module in (compiled, pure):
+            decoder = module.RecordDecoder(123)
+            results.append((_outcome(lambda: decoder.decode([raw])), decoder.malformed))
+        assert results[0] == results[1], raw
