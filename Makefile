@@ -14,7 +14,7 @@ test: install
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 bench: install
-	$(PY) bench/nginx_wrk.py
+	$(PY) bench/nginx_wrk.py $(BENCH_ARGS)
 
 doctor: install
 	$(VENV)/bin/otelbpf doctor

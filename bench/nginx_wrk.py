@@ -3,24 +3,28 @@
 
 Run as root from the repository (``make bench`` does ``.venv/bin/python bench/nginx_wrk.py``)::
 
-    .venv/bin/python bench/nginx_wrk.py            # full run, ~10 min
-    .venv/bin/python bench/nginx_wrk.py --quick    # smoke check, ~1 min
+    .venv/bin/python bench/nginx_wrk.py                        # every part, ~12 min
+    .venv/bin/python bench/nginx_wrk.py --quick                # smoke check, ~2 min
+    .venv/bin/python bench/nginx_wrk.py --only cost,bpf        # some parts
+    .venv/bin/python bench/nginx_wrk.py --repo ../base --label before   # another checkout's agent
 
-It measures, against an nginx it configures and starts itself on 127.0.0.1:
+Against an nginx it configures and starts itself on 127.0.0.1 (1 worker on CPU 0, wrk and the
+counting OTLP receiver on CPU 1), in alternated rounds with the agent off:
 
-1. saturation: requests/s with wrk at full speed, rounds alternating agent off / agent
-   attached but tracing nothing ("idle", the tax of enabled tracepoints) / agent tracing
-   nginx ("on"); the ratio of medians on/off;
-2. fixed rate at half the saturated throughput (open-loop, wrk + a Lua scheduler): p50/p99
-   latency off vs on, and the spans lost while on;
-3. a sweep of fixed rates with the agent writing to a JSON file and, separately, sending
-   OTLP/gRPC to a counting receiver: requests nginx served (stub_status) vs SERVER spans
-   delivered, plus the agent's own loss counters; the highest loss-free rate;
-4. the agent's CPU (utime+stime) and peak RSS (VmHWM) at those rates;
-5. start-up time to "otelbpf: tracing" (median of a few starts).
+* saturation: req/s per mode (off; idle = probes attached, nothing traced; on = agent on
+  nginx's core; own = agent on its own core; kstop = agent stopped, the kernel drops), ratios
+  to off, spans/requests;
+* fixed (half load): added p50/p99 latency at half the untraced saturation rate;
+* cost: at 10k req/s, the agent's CPU per request and the kernel tax (nginx's CPU per
+  request, traced minus untraced);
+* bpf: run time per BPF program (kernel.bpf_stats_enabled), ns per run and per request;
+* loss: a sweep of fixed rates per configuration (agent on nginx's core / its own core):
+  requests served vs SERVER spans delivered, the highest loss-free rate; agent CPU and VmHWM;
+* startup: time from exec to the agent's "otelbpf: tracing" line.
 
-The report is printed and written as JSON to bench/results/. bench/README.md explains
-every number and the CPU pinning.
+The agent is driven through its command line and log lines only. The report is printed
+and written as JSON to bench/results/; bench/compare.py diffs two reports (before -> after).
+bench/README.md explains every number and the CPU pinning.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import datetime as dt
 import json
 import os
 import platform
+import shlex
 import shutil
 import signal
 import socket
@@ -56,6 +61,20 @@ TRACING_PREFIX = "otelbpf: tracing"
 #: CPU used by processes outside the benchmark above which a window is flagged as noisy
 NOISY_CORES = 0.15
 STATS_PREFIX = "otelbpf: stats "
+
+
+class BpfProbe:
+    """Snapshots of the agent's BPF program counters around a window's load (see bpf_stats.py)."""
+
+    def __init__(self, module: Any) -> None:
+        self.module = module
+        self.before: dict = {}
+
+    def begin(self, agent: Any) -> None:
+        self.before = self.module.snapshot(agent.pid) if agent is not None else {}
+
+    def end(self, agent: Any) -> dict:
+        return {"after": self.module.snapshot(agent.pid) if agent is not None else {}}
 
 
 class BenchError(RuntimeError):
@@ -510,19 +529,63 @@ class AgentRun:
         return "\n".join(list(self.lines)[-n:]) or "(no output)"
 
 
+@dataclass
+class AgentCommand:
+    """How to start the agent under test: ``argv`` + ``run ...`` in ``cwd``.
+
+    Default: this interpreter, ``-m otelbpf``, in this checkout. ``--repo PATH`` runs another
+    checkout (its ``.venv/bin/python`` if it has one, else this interpreter; ``-m`` imports the
+    package from the working directory first, so PATH's code runs even from this venv).
+    ``--otelbpf-cmd`` gives the whole prefix (e.g. ``/opt/x/.venv/bin/otelbpf``).
+    """
+
+    argv: list[str]
+    cwd: Path
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "AgentCommand":
+        cwd = Path(args.repo).resolve() if args.repo else ROOT
+        if args.otelbpf_cmd:
+            return cls(shlex.split(args.otelbpf_cmd), cwd)
+        python = args.agent_python
+        if python is None:
+            venv = cwd / ".venv" / "bin" / "python"
+            python = str(venv) if args.repo and venv.exists() else sys.executable
+        return cls([python, "-m", "otelbpf"], cwd)
+
+    def describe(self) -> dict[str, Any]:
+        return {"argv": self.argv, "cwd": str(self.cwd), **git_state(self.cwd)}
+
+
+def git_state(path: Path) -> dict[str, Any]:
+    """Commit and dirtiness of the checkout at ``path`` (read-only git commands)."""
+    def git(*cmd: str) -> str:
+        try:
+            return subprocess.run(["git", "-C", str(path), *cmd], capture_output=True, text=True, timeout=10).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    commit = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {"commit": commit, "commit_subject": git("log", "-1", "--format=%s") if commit else "", "modified_files": len(status.splitlines()) if commit else None}
+
+
 class AgentLauncher:
-    def __init__(self, children: Children, cpus: str | None, extra_args: list[str]) -> None:
+    def __init__(self, children: Children, cpus: str | None, extra_args: list[str], command: AgentCommand | None = None) -> None:
         self.children = children
         self.cpus = cpus
         self.extra_args = extra_args
+        self.command = command or AgentCommand([sys.executable, "-m", "otelbpf"], ROOT)
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
         self.env["PYTHONUNBUFFERED"] = "1"
 
-    def start(self, targets: list[str], outputs: list[str], timeout: float = 90.0) -> AgentRun:
-        argv = taskset(self.cpus, [sys.executable, "-m", "otelbpf", "run", *targets, *outputs, *self.extra_args])
+    def start(self, targets: list[str], outputs: list[str], timeout: float = 90.0, cpus: str | None | bool = False) -> AgentRun:
+        """Start ``otelbpf run`` and wait for its 'tracing' line. ``cpus``: override the pinning (None = unpinned)."""
+        cpus = self.cpus if cpus is False else cpus
+        argv = taskset(cpus, [*self.command.argv, "run", *targets, *outputs, *self.extra_args])
         started = time.monotonic()
         proc = self.children.start(
-            "otelbpf agent", argv, stop_signal=signal.SIGINT, cwd=ROOT, env=self.env,
+            "otelbpf agent", argv, stop_signal=signal.SIGINT, cwd=self.command.cwd, env=self.env,
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, bufsize=1,
         )
         run = AgentRun(proc=proc, started=started)
@@ -558,6 +621,10 @@ class AgentLauncher:
 
     def stop(self, run: AgentRun, timeout: float = 120.0) -> dict[str, Any]:
         """SIGINT (flush and detach, as a user's Ctrl-C), wait; the final stats line."""
+        try:
+            os.kill(run.pid, signal.SIGCONT)  # in case it was stopped (mode 'kstop')
+        except ProcessLookupError:
+            pass
         t0 = time.monotonic()
         code = self.children.stop(run.proc, timeout=timeout)
         stopped_s = time.monotonic() - t0
@@ -717,12 +784,14 @@ def parse_cpu_list(text: str) -> set[int]:
 class Layout:
     server: str | None  # nginx (master and workers)
     client: str | None  # wrk and the OTLP receiver
-    agent: str | None   # otelbpf
+    agent: str | None   # otelbpf, "on nginx's core" (modes on, idle, kstop)
+    agent_own: str | None = None  # otelbpf, "on its own core" (mode own): not nginx's
 
     def describe(self) -> str:
         if not (self.server or self.client or self.agent):
             return "no pinning (every process may run on every CPU)"
-        return f"nginx on CPU {self.server or 'any'}, wrk + OTLP receiver on CPU {self.client or 'any'}, agent on CPU {self.agent or 'any'}"
+        own = f"; mode 'own': agent on CPU {self.agent_own or 'any'}" + (" (shared with wrk + receiver)" if self.agent_own and self.agent_own == self.client else "")
+        return f"nginx on CPU {self.server or 'any'}, wrk + OTLP receiver on CPU {self.client or 'any'}, agent on CPU {self.agent or 'any'}{own}"
 
 
 class Bench:
@@ -733,7 +802,8 @@ class Bench:
         self.layout = choose_layout(args)
         self.nginx = Nginx(children, workdir, free_port(), args.workers, args.sendfile, self.layout.server)
         self.wrk: Wrk | None = None
-        self.agents = AgentLauncher(children, self.layout.agent, args.agent_arg)
+        self.agent_command = AgentCommand.from_args(args)
+        self.agents = AgentLauncher(children, self.layout.agent, args.agent_arg, self.agent_command)
         self.results: dict[str, Any] = {}
         self.receiver: CountingReceiver | None = None
         self._dummy: subprocess.Popen | None = None
@@ -786,15 +856,20 @@ class Bench:
     def noise_budget_left(self) -> float:
         return max(0.0, self.args.noise_budget - self._noise_spent)
 
-    def measure(self, load: Callable[[], WrkResult], trace: str | None, sink: str = "jsonfile", **labels: Any) -> dict[str, Any]:
+    def measure(self, load: Callable[[], WrkResult], trace: str | None, sink: str = "jsonfile", *, agent_cpus: str | None | bool = False,
+                freeze: bool = False, probe: Any = None, **labels: Any) -> dict[str, Any]:
         """One measured window, repeated (up to --noise-retries) while other processes disturbed it.
 
         ``trace``: None (no agent), "nginx" (the agent traces nginx) or "dummy" (the agent is
         attached but traces only an idle process: the cost of enabled tracepoints alone).
+        ``agent_cpus``: the agent's pinning for this window (False: the layout's default).
+        ``freeze``: SIGSTOP the agent once attached (user space reads nothing; the kernel
+        fills the ring buffer, then drops every record). ``probe``: an object whose
+        ``begin(agent)``/``end(agent, window)`` run around the load (bpf stats).
         """
         discarded = []
         for attempt in range(self.args.noise_retries + 1):
-            window = self._measure_once(load, trace, sink)
+            window = self._measure_once(load, trace, sink, agent_cpus, freeze, probe)
             window.update(labels)
             noisy = window["cpu"]["other_cores"] > NOISY_CORES
             if not noisy or attempt == self.args.noise_retries or self.noise_budget_left() <= 0:
@@ -808,32 +883,44 @@ class Bench:
         say("  " + self.describe_window(window))
         return window
 
-    def _measure_once(self, load: Callable[[], WrkResult], trace: str | None, sink: str) -> dict[str, Any]:
+    def _measure_once(self, load: Callable[[], WrkResult], trace: str | None, sink: str, agent_cpus: str | None | bool = False,
+                      freeze: bool = False, probe: Any = None) -> dict[str, Any]:
         agent = None
         json_file = self.tmp_json()
         if trace is not None:
             if sink == "jsonfile":
                 outputs = ["--json-file", str(json_file)]
             else:
-                assert self.receiver is not None
-                self.receiver.reset()
+                self.ensure_receiver().reset()
                 outputs = ["--otlp-endpoint", self.receiver.grpc_endpoint, "--otlp-protocol", "grpc"]
             targets = self.targets() if trace == "nginx" else ["--pid", str(self.dummy_pid())]
-            agent = self.agents.start(targets, outputs)
+            agent = self.agents.start(targets, outputs, cpus=agent_cpus)
         try:
             time.sleep(0.3)
             waited = self.wait_for_quiet(agent)
+            if freeze and agent is not None:
+                os.kill(agent.pid, signal.SIGSTOP)
             before = self.nginx.status()
             meter = self.meter(agent)
+            if probe is not None:
+                probe.begin(agent)
             result = load()
             cpu = meter.stop()
+            probe_out = probe.end(agent) if probe is not None else None
             cpu["wrk_cores"] = round(result.cpu_s / cpu["wall_s"], 3)
             ours = sum(v for k, v in cpu.items() if k.endswith("_cores") and k != "busy_cores")
             # CPU used by anything else on the machine (other sessions' jobs, kernel threads): noise
             cpu["other_cores"] = round(max(0.0, cpu["busy_cores"] - ours), 3)
             window: dict[str, Any] = {"wrk": result.as_dict(), "cpu": cpu, "waited_for_quiet_s": waited, "_rps": result.rps}
+            if probe_out is not None:
+                window["probe"] = probe_out
+            if freeze and agent is not None:
+                window["agent_frozen"] = True
+                os.kill(agent.pid, signal.SIGCONT)
             if agent is not None:
                 window["agent_caught_up_after_s"] = self.agents.wait_idle(agent)
+                # the agent's CPU from the load's start until it has caught up with its backlog
+                window["agent_cpu_s_to_caught_up"] = round(((proc_cpu_ticks(agent.pid) or 0) - meter.start["agent"]) / CLK_TCK, 2)
                 window["agent_vmhwm_mb"] = round((proc_status_kb(agent.pid, "VmHWM") or 0) / 1024, 1)
                 window["agent_vmrss_mb"] = round((proc_status_kb(agent.pid, "VmRSS") or 0) / 1024, 1)
             after = self.nginx.status()
@@ -849,8 +936,25 @@ class Bench:
                 self.account(window, stopped, spans, sink)
             else:
                 window.update(agent_stats=stopped["stats"], events_lost=stat(stopped["stats"], "otelbpf.events.lost"))
+            window["agent_cpus"] = self.agents.cpus if agent_cpus is False else agent_cpus
+            served = window["nginx_served"]
+            if served > 0 and "agent_cpu_s_to_caught_up" in window:
+                window["agent_us_per_request"] = round(1e6 * window["agent_cpu_s_to_caught_up"] / served, 2)
+        if window["nginx_served"] > 0:
+            window["nginx_us_per_request"] = round(1e6 * window["cpu"]["nginx_cpu_s"] / window["nginx_served"], 2)
         json_file.unlink(missing_ok=True)
         return window
+
+    def outputs(self, sink: str) -> list[str]:
+        if sink == "jsonfile":
+            return ["--json-file", str(self.tmp_json())]
+        return ["--otlp-endpoint", self.ensure_receiver().grpc_endpoint, "--otlp-protocol", "grpc"]
+
+    def ensure_receiver(self) -> CountingReceiver:
+        """The counting OTLP receiver (started once, on the client's CPUs, kept for the run)."""
+        if self.receiver is None or self.receiver.proc.poll() is not None:
+            self.receiver = CountingReceiver(self.children, self.layout.client)
+        return self.receiver
 
     def dummy_pid(self) -> int:
         if self._dummy is None or self._dummy.poll() is not None:
@@ -890,35 +994,81 @@ class Bench:
         if self.args.warmup:
             self.wrk.saturate(self.args.warmup, self.args.threads, self.args.connections)
 
+    # mode -> (what the agent traces, where it runs, frozen?, description)
+    MODES = {
+        "off": (None, "none", False, "no agent"),
+        "idle": ("dummy", "server", False, "agent attached on nginx's core, tracing only an idle process (the tax of attached probes)"),
+        "on": ("nginx", "server", False, "agent tracing nginx, on nginx's core"),
+        "own": ("nginx", "own", False, "agent tracing nginx, on its own core"),
+        "kstop": ("nginx", "server", True, "agent tracing nginx but SIGSTOPped once attached: the kernel captures, user space reads nothing (ring buffer full, then every record dropped)"),
+    }
+
+    def mode_cpus(self, mode: str) -> str | None | bool:
+        where = self.MODES[mode][1]
+        return self.layout.agent_own if where == "own" else False
+
+    def run_mode(self, mode: str, load: Callable[[], WrkResult], **labels: Any) -> dict[str, Any]:
+        trace, _where, freeze, _desc = self.MODES[mode]
+        return self.measure(load, trace, self.args.sink, agent_cpus=self.mode_cpus(mode), freeze=freeze, mode=mode, **labels)
+
+    @staticmethod
+    def per_mode(rows: list[dict[str, Any]], modes: list[str]) -> dict[str, dict[str, Any]]:
+        """Medians (and span totals) per mode over alternated rounds."""
+        out: dict[str, dict[str, Any]] = {}
+        for m in modes:
+            mr = [r for r in rows if r["mode"] == m]
+            entry: dict[str, Any] = {
+                "windows": len(mr),
+                "median_rps": round(median([r["_rps"] for r in mr]), 1),
+                "rps": [round(r["_rps"], 1) for r in mr],
+                "median_p50_us": median([r["wrk"]["latency_us"]["p50"] for r in mr]),
+                "median_p99_us": median([r["wrk"]["latency_us"]["p99"] for r in mr]),
+                "median_nginx_cores": median([r["cpu"]["nginx_cores"] for r in mr]),
+                "median_nginx_us_per_request": median([r["nginx_us_per_request"] for r in mr if "nginx_us_per_request" in r]),
+                "median_cpu_busy": {c: median([r["cpu"]["cpu_busy"].get(c, 0) for r in mr]) for c in sorted(mr[0]["cpu"]["cpu_busy"])} if mr else {},
+            }
+            if any("agent_cores" in r["cpu"] for r in mr):
+                entry["median_agent_cores"] = median([r["cpu"].get("agent_cores", 0) for r in mr])
+                entry["median_agent_us_per_request"] = median([r["agent_us_per_request"] for r in mr if "agent_us_per_request" in r])
+                entry["max_agent_vmhwm_mb"] = max((r.get("agent_vmhwm_mb", 0) for r in mr), default=None)
+                entry["events_lost"] = sum(r.get("events_lost", 0) for r in mr)
+            if any("spans_exported" in r for r in mr):
+                served = sum(r["nginx_served"] for r in mr)
+                spans = sum(r["spans_exported"] for r in mr)
+                entry.update(
+                    served=served, spans=spans, spans_per_request=round(spans / served, 4) if served else None,
+                    export_dropped=sum(r["export_dropped"] for r in mr), loss_free_windows=sum(1 for r in mr if r["loss_free"]),
+                )
+            out[m] = entry
+        return out
+
     def saturation(self) -> None:
         a = self.args
-        modes = ["off", "on"] if a.no_idle else ["off", "idle", "on"]
-        say(f"\n[1/5] saturation: wrk -t{a.threads} -c{a.connections}, {a.rounds} rounds x {len(modes)} modes x {a.duration}s")
-        say("  modes: off = no agent; idle = agent attached, tracing only an idle process; on = agent tracing nginx, spans to a JSON file")
-        trace_of = {"off": None, "idle": "dummy", "on": "nginx"}
+        modes = a.sat_modes
+        say(f"\n[saturation] wrk -t{a.threads} -c{a.connections} (closed loop), {a.rounds} rounds x {len(modes)} modes x {a.duration}s, sink {a.sink}")
+        for m in modes:
+            say(f"  {m:<5} = {self.MODES[m][3]}")
         rows = []
         for rnd in range(1, a.rounds + 1):
             for mode in modes:
-                rows.append(self.measure(lambda: self.wrk.saturate(a.duration, a.threads, a.connections), trace_of[mode], round=rnd, mode=mode))
-        med = {m: median([r["_rps"] for r in rows if r["mode"] == m]) for m in modes}
-        off_values = [r["_rps"] for r in rows if r["mode"] == "off"]
-        on_rows = [r for r in rows if r["mode"] == "on"]
+                rows.append(self.run_mode(mode, lambda: self.wrk.saturate(a.duration, a.threads, a.connections), round=rnd))
+        per = self.per_mode(rows, modes)
+        off = per["off"]["median_rps"]
+        off_values = per["off"]["rps"]
         self.results["saturation"] = {
             "wrk": {"threads": a.threads, "connections": a.connections, "duration_s": a.duration, "paths": a.paths},
+            "modes": {m: self.MODES[m][3] for m in modes},
+            "sink": a.sink,
             "rounds": [strip_private(r) for r in rows],
-            "median_rps": {m: round(v, 1) for m, v in med.items()},
-            "ratio_on_off": round(med["on"] / med["off"], 3),
-            "ratio_idle_off": round(med["idle"] / med["off"], 3) if "idle" in med else None,
-            "paired_ratio_on_off": paired_ratio(rows, "on"),
-            "paired_ratio_idle_off": paired_ratio(rows, "idle") if "idle" in med else None,
-            "off_spread_pct": round(100.0 * (max(off_values) - min(off_values)) / med["off"], 1) if len(off_values) > 1 else None,
-            "median_agent_cores_on": median([r["cpu"].get("agent_cores", 0) for r in on_rows]),
-            "median_nginx_cores": {m: median([r["cpu"]["nginx_cores"] for r in rows if r["mode"] == m]) for m in modes},
-            "on_loss_pct_median": median([r["loss_pct"] for r in on_rows]),
+            "per_mode": per,
+            "median_rps": {m: per[m]["median_rps"] for m in modes},
+            "ratio_to_off": {m: round(per[m]["median_rps"] / off, 3) for m in modes if m != "off" and off},
+            "paired_ratio_to_off": {m: paired_ratio(rows, m) for m in modes if m != "off"},
+            "off_spread_pct": round(100.0 * (max(off_values) - min(off_values)) / off, 1) if len(off_values) > 1 and off else None,
             "noisy_windows": sum(1 for r in rows if r["noisy"]),
         }
         s = self.results["saturation"]
-        say("  => median req/s: " + ", ".join(f"{m} {fmt(v)}" for m, v in med.items()) + f"; on/off = {s['ratio_on_off']:.3f}x" + (f", idle/off = {s['ratio_idle_off']:.3f}x" if s["ratio_idle_off"] else ""))
+        say("  => median req/s: " + ", ".join(f"{m} {fmt(per[m]['median_rps'])}" for m in modes) + "; ratios to off: " + ", ".join(f"{m} {v:.3f}x" for m, v in s["ratio_to_off"].items()))
 
     def fixed_rate(self) -> None:
         a = self.args
@@ -931,99 +1081,139 @@ class Bench:
             else:
                 rate = sat["median_rps"]["off"] / 2
         rate = int(round(rate, -2))
-        say(f"\n[2/5] fixed rate {rate:,} req/s (half of saturation): wrk -t1 -c{a.rate_connections}, open loop, {a.rounds} rounds x 2 modes x {a.duration}s")
+        modes = a.half_modes
+        say(f"\n[half load] fixed {rate:,} req/s (half the untraced saturation): wrk -t1 -c{a.rate_connections}, open loop, {a.rounds} rounds x {len(modes)} modes x {a.duration}s, sink {a.sink}")
         rows = []
         for rnd in range(1, a.rounds + 1):
-            for mode in ("off", "on"):
-                rows.append(self.measure(lambda: self.wrk.fixed_rate(rate, a.duration, 1, a.rate_connections), "nginx" if mode == "on" else None, round=rnd, mode=mode, target_rps=rate))
+            for mode in modes:
+                rows.append(self.run_mode(mode, lambda: self.wrk.fixed_rate(rate, a.duration, 1, a.rate_connections), round=rnd, target_rps=rate))
 
         def med(mode: str, key: str) -> float | None:
             return median([r["wrk"]["latency_us"][key] for r in rows if r["mode"] == mode])
 
-        on_rows = [r for r in rows if r["mode"] == "on"]
-        served = sum(r["nginx_served"] for r in on_rows)
-        missing = sum(r["spans_missing"] for r in on_rows)
+        per = self.per_mode(rows, modes)
+        traced = [m for m in modes if m != "off"]
         self.results["fixed_rate"] = {
             "target_rps": rate,
             "connections": a.rate_connections,
+            "sink": a.sink,
             "rounds": [strip_private(r) for r in rows],
-            "median_rps": {m: round(median([r["_rps"] for r in rows if r["mode"] == m]), 1) for m in ("off", "on")},
-            "median_latency_us": {m: {k: med(m, k) for k in ("p50", "p90", "p99", "p999", "max")} for m in ("off", "on")},
-            "added_p50_us": med("on", "p50") - med("off", "p50"),
-            "added_p99_us": med("on", "p99") - med("off", "p99"),
-            "p99_ratio": round(med("on", "p99") / med("off", "p99"), 2) if med("off", "p99") else None,
+            "per_mode": per,
+            "median_rps": {m: per[m]["median_rps"] for m in modes},
+            "median_latency_us": {m: {k: med(m, k) for k in ("p50", "p90", "p99", "p999", "max")} for m in modes},
+            "added_p50_us": {m: med(m, "p50") - med("off", "p50") for m in traced},
+            "added_p99_us": {m: med(m, "p99") - med("off", "p99") for m in traced},
+            "p99_ratio": {m: round(med(m, "p99") / med("off", "p99"), 2) if med("off", "p99") else None for m in traced},
             "late_pct_max": max((r["wrk"].get("late_pct", 0) for r in rows), default=0),
-            "late_pct_median": {m: median([r["wrk"].get("late_pct", 0) for r in rows if r["mode"] == m]) for m in ("off", "on")},
-            "median_agent_cores_on": median([r["cpu"].get("agent_cores", 0) for r in on_rows]),
-            "on_served": served,
-            "on_spans_missing": missing,
-            "on_loss_pct": round(100.0 * missing / served, 3) if served else None,
-            "on_events_lost": sum(r["events_lost"] for r in on_rows),
-            "on_export_dropped": sum(r["export_dropped"] for r in on_rows),
+            "late_pct_median": {m: median([r["wrk"].get("late_pct", 0) for r in rows if r["mode"] == m]) for m in modes},
             "noisy_windows": sum(1 for r in rows if r["noisy"]),
         }
         f = self.results["fixed_rate"]
-        say(
-            f"  => p99 off {fmt(med('off', 'p99'))} us, on {fmt(med('on', 'p99'))} us: +{fmt(f['added_p99_us'])} us"
-            f" (x{f['p99_ratio']}); p50 +{fmt(f['added_p50_us'])} us; spans missing while on: {missing:,} of {served:,} ({f['on_loss_pct']}%)"
-        )
+        for m in traced:
+            say(f"  => {m}: p99 off {fmt(med('off', 'p99'))} us, {m} {fmt(med(m, 'p99'))} us: added p99 {fmt(f['added_p99_us'][m], '+,.0f')} us (x{f['p99_ratio'][m]}); spans/requests {fmt(per[m].get('spans_per_request'), '.4f')}")
         if f["late_pct_max"] > 1:
             say(f"  !! the generator fell behind its schedule ({f['late_pct_max']}% of requests late): nginx did not keep up, the rate was not held and the latencies above are under-reported (coordinated omission)")
 
+    def cost(self) -> None:
+        """Agent CPU per request at a fixed rate (10k), alternated with no agent: user space and kernel tax apart."""
+        a = self.args
+        rate = a.cost_rate
+        modes = a.cost_modes
+        say(f"\n[cost] fixed {rate:,} req/s, {a.rounds} rounds x {len(modes)} modes x {a.duration}s, sink {a.sink}: agent CPU (utime+stime, load start -> caught up) per request; nginx CPU per request (its syscalls carry the probes)")
+        rows = []
+        for rnd in range(1, a.rounds + 1):
+            for mode in modes:
+                rows.append(self.run_mode(mode, lambda: self.wrk.fixed_rate(rate, a.duration, 1, a.rate_connections), round=rnd, target_rps=rate))
+        per = self.per_mode(rows, modes)
+        off_ng = per["off"]["median_nginx_us_per_request"] if "off" in per else None
+        out: dict[str, Any] = {"target_rps": rate, "sink": a.sink, "rounds": [strip_private(r) for r in rows], "per_mode": per}
+        say("  => " + "; ".join(
+            f"{m}: {fmt(per[m]['median_rps'])} req/s, nginx {fmt(per[m]['median_nginx_us_per_request'], '.1f')} us/req"
+            + (f", agent {fmt(per[m].get('median_agent_us_per_request'), '.1f')} us/req ({fmt(per[m].get('median_agent_cores'), '.2f')} cores), spans/requests {fmt(per[m].get('spans_per_request'), '.4f')}, events lost {per[m].get('events_lost', 0):,}" if m != "off" else "")
+            for m in modes))
+        if off_ng is not None:
+            out["kernel_tax_us_per_request"] = {m: round(per[m]["median_nginx_us_per_request"] - off_ng, 2) for m in modes if m != "off" and per[m]["median_nginx_us_per_request"] is not None}
+            say("  => kernel tax seen from nginx (its CPU per request, traced minus untraced): " + ", ".join(f"{m} {v:+.1f} us" for m, v in out["kernel_tax_us_per_request"].items()))
+        self.results["cost"] = out
+
+    def bpf(self) -> None:
+        """BPF program run time per program (kernel.bpf_stats_enabled), at the cost rate."""
+        import bpf_stats
+
+        a = self.args
+        rate = a.cost_rate
+        say(f"\n[bpf] BPF run time per program at {rate:,} req/s, {a.duration}s per mode (kernel.bpf_stats_enabled=1 for these windows only; timing adds ~2 clock reads per run)")
+        previous = bpf_stats.set_stats(True)
+        out: dict[str, Any] = {"target_rps": rate}
+        try:
+            for mode in ("idle", "on"):
+                probe = BpfProbe(bpf_stats)
+                trace, _where, freeze, _desc = self.MODES[mode]
+                w = self.measure(lambda: self.wrk.fixed_rate(rate, a.duration, 1, a.rate_connections), trace, a.sink, agent_cpus=self.mode_cpus(mode), probe=probe, mode=mode, target_rps=rate)
+                res = bpf_stats.delta(probe.before, w["probe"]["after"], w["nginx_served"]) if w.get("probe") else None
+                if res is None:
+                    continue
+                res["wall_s"] = w["cpu"]["wall_s"]
+                res["nginx_cpu_s"] = w["cpu"]["nginx_cpu_s"]
+                res["bpf_share_of_nginx_cpu"] = round(res["total_ns"] / 1e9 / w["cpu"]["nginx_cpu_s"], 3) if w["cpu"]["nginx_cpu_s"] else None
+                w.pop("probe", None)
+                out[mode] = {"window": strip_private(w), **res}
+                say(f"  mode {mode} ({self.MODES[mode][3]}): {res['total_ns'] / 1e6:,.1f} ms of BPF in {res['wall_s']:.1f}s = {fmt(res.get('total_ns_per_request'), ',.0f')} ns per request served, {fmt(res['bpf_share_of_nginx_cpu'], '.1%')} of nginx's CPU (BPF also runs in other processes' syscalls)")
+                say(bpf_stats.format_table(res))
+        finally:
+            bpf_stats.set_stats(previous)
+        self.results["bpf"] = out
+
     def loss_sweep(self) -> None:
         a = self.args
-        sinks = ["jsonfile", "otlp-grpc"] if not a.no_otlp else ["jsonfile"]
-        say(f"\n[3/5] span loss at fixed rates {', '.join(f'{r:,}' for r in a.rates)} req/s, {a.loss_duration}s each, sinks: {', '.join(sinks)}")
+        say(f"\n[loss] span loss at fixed rates {', '.join(f'{r:,}' for r in a.rates)} req/s, {a.loss_duration}s each; configurations: {', '.join(a.sweeps)}")
         sweep: dict[str, Any] = {}
-        try:
-            for sink in sinks:
-                if sink == "otlp-grpc":
-                    self.receiver = CountingReceiver(self.children, self.layout.client)
-                runs: list[dict] = []
-                for rate in a.rates:
-                    runs.append(self.loss_run(sink, rate))
-                for _ in range(a.refine):
-                    passed = [r["target_rps"] for r in runs if r["loss_free"]]
-                    failed = [r["target_rps"] for r in runs if not r["loss_free"]]
-                    lo = max(passed, default=0)
-                    hi = min((f for f in failed if f > lo), default=None)
-                    if hi is None or hi - lo <= 500:
-                        break
-                    mid = int(round((lo + hi) / 2, -2))
-                    say(f"  (refining between {lo:,} and {hi:,})")
-                    runs.append(self.loss_run(sink, mid))
-                runs.sort(key=lambda r: r["target_rps"])
+        for config in a.sweeps:
+            sink, where = config.split("@")
+            cpus = self.layout.agent_own if where == "own" else False
+            say(f"  -- {config}: sink {sink}, agent on " + ("its own core" if where == "own" else "nginx's core") + f" (CPU {self.layout.agent_own if where == 'own' else self.layout.agent})")
+            runs: list[dict] = []
+            lossy_seen = 0
+            for rate in a.rates:
+                if lossy_seen >= 2 and not a.sweep_all:
+                    say(f"  (skipping {rate:,} and above: two lower rates lost spans; --sweep-all runs them)")
+                    break
+                run = self.measure(lambda: self.wrk.fixed_rate(rate, a.loss_duration, 1, a.rate_connections), "nginx", sink, agent_cpus=cpus, target_rps=rate, mode="on", config=config)
+                runs.append(run)
+                lossy_seen += 0 if run["loss_free"] else 1
+            for _ in range(a.refine):
                 passed = [r["target_rps"] for r in runs if r["loss_free"]]
                 failed = [r["target_rps"] for r in runs if not r["loss_free"]]
-                highest = max(passed, default=None)
-                sweep[sink] = {
-                    "runs": [strip_private(r) for r in runs],
-                    "highest_loss_free_rps": highest,
-                    "lowest_lossy_rps": min(failed, default=None),
-                    "monotonic": not failed or highest is None or highest < min(failed),
-                }
-                say(f"  => {sink}: highest loss-free rate {fmt(highest)} req/s" + ("" if sweep[sink]["monotonic"] else " (a lower rate lost spans: noisy or unstable, see the runs)"))
-                if self.receiver is not None:
-                    self.receiver.stop()
-                    self.receiver = None
-        finally:
-            if self.receiver is not None:
-                self.receiver.stop()
-                self.receiver = None
+                lo = max(passed, default=0)
+                hi = min((f for f in failed if f > lo), default=None)
+                if hi is None or hi - lo <= 500:
+                    break
+                mid = int(round((lo + hi) / 2, -2))
+                say(f"  (refining between {lo:,} and {hi:,})")
+                runs.append(self.measure(lambda: self.wrk.fixed_rate(mid, a.loss_duration, 1, a.rate_connections), "nginx", sink, agent_cpus=cpus, target_rps=mid, mode="on", config=config))
+            runs.sort(key=lambda r: r["target_rps"])
+            passed = [r["target_rps"] for r in runs if r["loss_free"]]
+            failed = [r["target_rps"] for r in runs if not r["loss_free"]]
+            highest = max(passed, default=None)
+            sweep[config] = {
+                "sink": sink,
+                "agent": where,
+                "runs": [strip_private(r) for r in runs],
+                "highest_loss_free_rps": highest,
+                "lowest_lossy_rps": min(failed, default=None),
+                "monotonic": not failed or highest is None or highest < min(failed),
+            }
+            say(f"  => {config}: highest loss-free rate {fmt(highest)} req/s" + ("" if sweep[config]["monotonic"] else " (a lower rate lost spans: noisy or unstable, see the runs)"))
         self.results["loss_sweep"] = sweep
-
-    def loss_run(self, sink: str, rate: int) -> dict[str, Any]:
-        a = self.args
-        return self.measure(lambda: self.wrk.fixed_rate(rate, a.loss_duration, 1, a.rate_connections), "nginx", sink, target_rps=rate, mode="on")
 
     def agent_cost(self) -> None:
         sweep = self.results.get("loss_sweep")
         if not sweep:
             return
-        say("\n[4/5] agent CPU and memory (from the sweep's runs)")
+        say("\n[loss] agent CPU and memory in the sweep's runs")
         out: dict[str, Any] = {}
         rows = []
-        for sink, data in sweep.items():
+        for config, data in sweep.items():
             picks = {"highest_loss_free": data["highest_loss_free_rps"], "at_10k": 10000}
             if picks["highest_loss_free"] == 10000:
                 picks = {"highest_loss_free_and_10k": 10000}
@@ -1035,23 +1225,23 @@ class Bench:
                     "rate": rate,
                     "achieved_rps": run["wrk"]["rps"],
                     "agent_cores": run["cpu"].get("agent_cores"),
-                    "agent_us_per_request": round(1e6 * run["cpu"].get("agent_cpu_s", 0) / max(1, run["nginx_served"]), 1),
+                    "agent_us_per_request": run.get("agent_us_per_request"),
                     "nginx_cores": run["cpu"].get("nginx_cores"),
                     "agent_vmhwm_mb": run.get("agent_vmhwm_mb"),
                     "loss_free": run["loss_free"],
                 }
-                out[f"{sink}/{label}"] = entry
-                rows.append([f"{sink} @ {rate:,} ({label.replace('_', ' ')})", fmt(entry["achieved_rps"]), fmt(entry["agent_cores"], ".2f"), fmt(entry["agent_us_per_request"], ".1f"), fmt(entry["nginx_cores"], ".2f"), fmt(entry["agent_vmhwm_mb"], ".0f"), "yes" if entry["loss_free"] else "NO"])
+                out[f"{config}/{label}"] = entry
+                rows.append([f"{config} @ {rate:,} ({label.replace('_', ' ')})", fmt(entry["achieved_rps"]), fmt(entry["agent_cores"], ".2f"), fmt(entry["agent_us_per_request"], ".1f"), fmt(entry["nginx_cores"], ".2f"), fmt(entry["agent_vmhwm_mb"], ".0f"), "yes" if entry["loss_free"] else "NO"])
         say(table(["run", "req/s", "agent cores", "agent us/req", "nginx cores", "VmHWM MB", "loss-free"], rows))
         self.results["agent_cost"] = out
 
     def startup(self) -> None:
         a = self.args
-        say(f"\n[5/5] start-up: {a.starts} starts of the agent tracing nginx (idle)")
+        say(f"\n[startup] {a.starts} starts of the agent tracing nginx (idle), sink {a.sink}: from exec to its '{TRACING_PREFIX}' line")
         runs = []
         idle_cores = None
         for n in range(a.starts):
-            agent = self.agents.start(self.targets(), ["--json-file", str(self.tmp_json())])
+            agent = self.agents.start(self.targets(), self.outputs(self.args.sink))
             extra = ""
             if n == 0:  # what the agent costs with nothing to trace (its drain loop)
                 time.sleep(0.5)
@@ -1081,7 +1271,11 @@ class Bench:
         cpu = w["cpu"]
         parts = []
         if "round" in w:
-            parts.append(f"round {w['round']} {w['mode']:<4}")
+            parts.append(f"round {w['round']} {w['mode']:<5}")
+        elif "config" in w:
+            parts.append(w["config"])
+        elif "mode" in w:
+            parts.append(f"{w['mode']:<5}")
         if "target_rps" in w:
             parts.append(f"target {w['target_rps']:>6,}")
         parts.append(f"{wrk['rps']:>9,.0f} req/s")
@@ -1093,7 +1287,7 @@ class Bench:
             parts.append(f"wrk errors {wrk['errors']}")
         parts.append(f"nginx {cpu['nginx_cores']:.2f} cores")
         if "agent_cores" in cpu:
-            parts.append(f"agent {cpu['agent_cores']:.2f} cores")
+            parts.append(f"agent {cpu['agent_cores']:.2f} cores" + (f" {w['agent_us_per_request']:.1f} us/req" if w.get("agent_us_per_request") is not None else "") + (" (stopped)" if w.get("agent_frozen") else ""))
         parts.append("cpus " + "/".join(f"{v:.0%}" for k, v in sorted(cpu["cpu_busy"].items()) if k != "cpu"))
         if cpu.get("other_cores", 0) > NOISY_CORES:
             parts.append(f"NOISE: other processes used {cpu['other_cores']:.2f} cores")
@@ -1106,47 +1300,146 @@ class Bench:
             )
         return " | ".join(parts)
 
-    def summary(self) -> list[dict[str, Any]]:
+    def headline(self) -> dict[str, dict[str, Any]]:
+        """The figures the issue asks for, flat: key -> {label, value, unit, better}. compare.py diffs these."""
         r = self.results
-        targets = []
+        h: dict[str, dict[str, Any]] = {}
+
+        def put(key: str, label: str, value: Any, unit: str, better: str) -> None:
+            if value is not None:
+                h[key] = {"label": label, "value": value, "unit": unit, "better": better}
+
         sat = r.get("saturation")
         if sat:
-            targets.append({"target": "throughput at saturation >= 0.90x", "value": f"{sat['ratio_on_off']:.3f}x", "met": sat["ratio_on_off"] >= 0.90})
+            per = sat["per_mode"]
+            put("sat.off_rps", "saturation: untraced nginx req/s", per["off"]["median_rps"], "req/s", "higher")
+            for m, label in (("on", "agent on nginx's core"), ("own", "agent on its own core"), ("idle", "probes attached, tracing nothing"), ("kstop", "kernel capture, user space stopped")):
+                if m in per:
+                    put(f"sat.ratio.{m}", f"saturation ratio {m}/off ({label})", sat["ratio_to_off"].get(m), "x", "higher")
+                    if "spans_per_request" in per[m]:
+                        put(f"sat.spans_per_request.{m}", f"saturation spans/requests, {m}", per[m]["spans_per_request"], "", "higher")
+                    if m in ("on", "own"):
+                        put(f"sat.agent_cores.{m}", f"saturation agent cores, {m}", per[m].get("median_agent_cores"), "cores", "lower")
         fr = r.get("fixed_rate")
         if fr:
-            targets.append({"target": f"no measurable span loss at half load ({fr['target_rps']:,} req/s)", "value": f"{fr['on_spans_missing']:,} of {fr['on_served']:,} missing ({fr['on_loss_pct']}%)", "met": fr["on_spans_missing"] == 0 and fr["on_events_lost"] == 0 and fr["on_export_dropped"] == 0})
-        for sink, data in (r.get("loss_sweep") or {}).items():
-            run = next((x for x in data["runs"] if x["target_rps"] == 10000), None)
-            if run:
-                targets.append({"target": f"zero span loss at 10k req/s ({sink})", "value": f"{run['spans_missing']:,} of {run['nginx_served']:,} missing ({run['loss_pct']}%), events lost {run['events_lost']:,}", "met": run["loss_free"]})
-                cores = run["cpu"].get("agent_cores")
-                targets.append({"target": f"agent <= 0.5 core at 10k req/s ({sink})", "value": f"{cores:.2f} cores", "met": cores is not None and cores <= 0.5})
+            for m, v in fr["added_p99_us"].items():
+                put(f"half.added_p99_us.{m}", f"half load ({fr['target_rps']:,}/s): added p99, {m}", v, "us", "lower")
+                put(f"half.spans_per_request.{m}", f"half load: spans/requests, {m}", fr["per_mode"][m].get("spans_per_request"), "", "higher")
+        cost = r.get("cost")
+        if cost:
+            for m, e in cost["per_mode"].items():
+                if m == "off":
+                    put("cost.nginx_us_per_request.off", f"{cost['target_rps']:,}/s: nginx CPU per request, untraced", e["median_nginx_us_per_request"], "us", "lower")
+                    continue
+                put(f"cost.agent_us_per_request.{m}", f"{cost['target_rps']:,}/s: agent CPU per request, {m}", e.get("median_agent_us_per_request"), "us", "lower")
+                put(f"cost.kernel_tax_us_per_request.{m}", f"{cost['target_rps']:,}/s: kernel tax (nginx CPU/request, traced - untraced), {m}", (cost.get("kernel_tax_us_per_request") or {}).get(m), "us", "lower")
+                put(f"cost.spans_per_request.{m}", f"{cost['target_rps']:,}/s: spans/requests, {m}", e.get("spans_per_request"), "", "higher")
+                put(f"cost.events_lost.{m}", f"{cost['target_rps']:,}/s: events lost, {m}", e.get("events_lost"), "", "lower")
+        b = r.get("bpf")
+        if b:
+            for m in ("idle", "on"):
+                if m in b:
+                    put(f"bpf.ns_per_request.{m}", f"{b['target_rps']:,}/s: BPF run time per request, {m}", b[m].get("total_ns_per_request"), "ns", "lower")
+        for config, data in (r.get("loss_sweep") or {}).items():
+            put(f"loss.highest_loss_free_rps.{config}", f"highest loss-free rate, {config}", data["highest_loss_free_rps"], "req/s", "higher")
+        hwm = [w.get("agent_vmhwm_mb") for w in self.all_windows() if w.get("agent_vmhwm_mb")]
+        put("rss.peak_mb", "agent peak RSS (VmHWM), max over every window", max(hwm) if hwm else None, "MB", "lower")
+        if cost and cost["per_mode"].get("on", {}).get("max_agent_vmhwm_mb"):
+            put("rss.peak_mb.cost_on", f"agent peak RSS at {cost['target_rps']:,}/s, on", cost["per_mode"]["on"]["max_agent_vmhwm_mb"], "MB", "lower")
+        st = r.get("startup")
+        if st:
+            put("startup.to_tracing_s", "start-up: exec -> 'otelbpf: tracing'", st["median_to_tracing_s"], "s", "lower")
+            put("startup.self_reported_s", "start-up: the agent's own figure", st["median_self_reported_s"], "s", "lower")
+            put("startup.idle_vmhwm_mb", "agent RSS (VmHWM) idle", st["median_idle_vmhwm_mb"], "MB", "lower")
+        return h
+
+    def all_windows(self):
+        r = self.results
+        for part in ("saturation", "fixed_rate", "cost"):
+            yield from (r.get(part) or {}).get("rounds", [])
+        for data in (r.get("loss_sweep") or {}).values():
+            yield from data["runs"]
+
+    def summary(self) -> list[dict[str, Any]]:
+        """The issue's targets, for reference (nothing here fails: numbers, not asserts)."""
+        h = self.results.get("headline") or self.headline()
+        targets = []
+
+        def add(target: str, key: str, ok: Callable[[Any], bool], show: Callable[[Any], str]) -> None:
+            if key in h:
+                v = h[key]["value"]
+                targets.append({"target": target, "key": key, "value": show(v), "met": bool(ok(v))})
+
+        add("probes attached, nothing traced >= 0.99x of untraced nginx (saturation idle/off)", "sat.ratio.idle", lambda v: v >= 0.99, lambda v: f"{v:.3f}x")
+        add("traced, user space dropping everything >= 0.95x (approximated by kstop/off: agent stopped, kernel drops once the ring is full)", "sat.ratio.kstop", lambda v: v >= 0.95, lambda v: f"{v:.3f}x")
+        sink = self.args.sink
+        add(f"<= 10 us agent CPU per request at {self.args.cost_rate:,}/s, agent on nginx's core (sink {sink}; the issue means OTLP on)", "cost.agent_us_per_request.on", lambda v: v <= 10, lambda v: f"{v:.1f} us")
+        if "cost.spans_per_request.on" in h:
+            e = self.results["cost"]["per_mode"]["on"]
+            targets.append({"target": f"zero span loss at {self.args.cost_rate:,}/s, agent on nginx's core (cost windows)", "key": "cost.spans_per_request.on",
+                            "value": f"{e['spans']:,}/{e['served']:,} spans, events lost {e['events_lost']:,}, {e['loss_free_windows']}/{e['windows']} windows loss-free",
+                            "met": e["loss_free_windows"] == e["windows"]})
+        for config, data in (self.results.get("loss_sweep") or {}).items():
+            for rate, where in ((10000, "server"), (50000, "own")):
+                if data["agent"] != where:
+                    continue
+                run = next((x for x in data["runs"] if x["target_rps"] == rate), None)
+                value = f"highest loss-free {fmt(data['highest_loss_free_rps'])} req/s" + (f"; at {rate:,}: {run['spans_exported']:,}/{run['nginx_served']:,} spans, events lost {run['events_lost']:,}" if run else f"; {rate:,} not run")
+                targets.append({"target": f"zero span loss at {rate:,}/s ({config})", "key": f"loss.highest_loss_free_rps.{config}", "value": value, "met": bool(run and run["loss_free"])})
         return targets
 
     def print_summary(self) -> None:
         r = self.results
         say("\n" + "=" * 100)
         say("SUMMARY  (" + r["machine"]["summary"] + ")")
+        au = r.get("agent_under_test", {})
+        say(f"agent under test: {' '.join(au.get('argv', []))} in {au.get('cwd')} (commit {au.get('commit', '')[:12]}, {au.get('modified_files')} modified files)   label: {r.get('label')}")
         say(f"layout: {self.layout.describe()}")
         sat = r.get("saturation")
         if sat:
-            med = sat["median_rps"]
-            nc = sat["median_nginx_cores"]
-            say(f"saturation (median of {self.args.rounds}): off {fmt(med['off'])} req/s, " + (f"idle {fmt(med['idle'])} ({sat['ratio_idle_off']:.3f}x), " if "idle" in med else "") + f"on {fmt(med['on'])} req/s  =>  on/off {sat['ratio_on_off']:.3f}x" + (f"   [off rounds spread {sat['off_spread_pct']}%]" if sat.get("off_spread_pct") is not None else ""))
-            say(f"  per-round ratios, median: on/off {fmt(sat['paired_ratio_on_off'], '.3f')}x" + (f", idle/off {fmt(sat['paired_ratio_idle_off'], '.3f')}x" if sat.get("paired_ratio_idle_off") else ""))
-            say(f"  nginx used {nc['off']:.2f} cores off / {nc['on']:.2f} on; the agent {fmt(sat['median_agent_cores_on'], '.2f')} cores; spans lost at saturation {fmt(sat['on_loss_pct_median'], '.1f')}% (median); noisy windows kept: {sat['noisy_windows']} of {len(sat['rounds'])}")
+            say(f"\nsaturation (wrk closed loop; median of {self.args.rounds} alternated rounds; sink {sat['sink']}):")
+            rows = []
+            for m, e in sat["per_mode"].items():
+                rows.append([m, fmt(e["median_rps"]), "1" if m == "off" else f"{sat['ratio_to_off'][m]:.3f}", "" if m == "off" else fmt(sat["paired_ratio_to_off"].get(m), ".3f"),
+                             fmt(e["median_nginx_cores"], ".2f"), fmt(e.get("median_agent_cores"), ".2f"), "/".join(f"{v:.0%}" for k, v in e["median_cpu_busy"].items() if k != "cpu"),
+                             fmt(e.get("spans_per_request"), ".4f"), fmt(e.get("events_lost"), ","), fmt(e["median_p99_us"]), " ".join(fmt(v) for v in e["rps"])])
+            say(table(["mode", "req/s", "x off", "paired", "nginx cores", "agent cores", "cpu busy", "spans/req", "ev lost", "p99 us", "raw req/s per round"], rows))
+            say(f"  off rounds spread {fmt(sat['off_spread_pct'], '.1f')}%; noisy windows kept: {sat['noisy_windows']} of {len(sat['rounds'])}")
         fr = r.get("fixed_rate")
         if fr:
-            lo, ln = fr["median_latency_us"]["off"], fr["median_latency_us"]["on"]
-            say(f"fixed {fr['target_rps']:,} req/s: p50 {fmt(lo['p50'])} -> {fmt(ln['p50'])} us, p99 {fmt(lo['p99'])} -> {fmt(ln['p99'])} us (+{fmt(fr['added_p99_us'])} us), achieved {fmt(fr['median_rps']['off'])} / {fmt(fr['median_rps']['on'])} req/s, requests late: {fr['late_pct_median']['off']}% / {fr['late_pct_median']['on']}%" + (" (rate not held: latency under-reported)" if fr["late_pct_max"] > 1 else "") + f"; noisy windows kept: {fr['noisy_windows']} of {len(fr['rounds'])}")
-        for sink, data in (r.get("loss_sweep") or {}).items():
-            rows = [[f"{x['target_rps']:,}", fmt(x["wrk"]["rps"]), f"{x['nginx_served']:,}", f"{x['spans_exported']:,}", f"{x['loss_pct']:.2f}%", f"{x['events_lost']:,}", f"{x['export_dropped']:,}", fmt(x["cpu"].get("agent_cores"), ".2f"), fmt(x["cpu"].get("nginx_cores"), ".2f"), fmt(x.get("agent_vmhwm_mb"), ".0f"), "yes" if x["loss_free"] else "NO", f"{x['cpu']['other_cores']:.2f}" + (" !" if x["noisy"] else "")] for x in data["runs"]]
-            say(f"span loss, sink {sink}: highest loss-free rate {fmt(data['highest_loss_free_rps'])} req/s")
-            say(table(["target/s", "achieved/s", "served", "spans", "loss", "ev lost", "dropped", "agent cores", "nginx cores", "HWM MB", "loss-free", "noise cores"], rows))
+            say(f"\nhalf load: fixed {fr['target_rps']:,} req/s (open loop, sink {fr['sink']}):")
+            rows = []
+            for m, e in fr["per_mode"].items():
+                lat = fr["median_latency_us"][m]
+                rows.append([m, fmt(e["median_rps"]), fmt(lat["p50"]), fmt(lat["p99"]), "" if m == "off" else fmt(fr["added_p99_us"][m], "+,.0f"), fmt(fr["late_pct_median"][m], ".2f"), fmt(e.get("spans_per_request"), ".4f"), fmt(e.get("median_agent_cores"), ".2f")])
+            say(table(["mode", "req/s", "p50 us", "p99 us", "added p99 us", "late %", "spans/req", "agent cores"], rows))
+            if fr["late_pct_max"] > 1:
+                say("  (rate not held in some window: latency under-reported)")
+        cost = r.get("cost")
+        if cost:
+            say(f"\nagent cost at {cost['target_rps']:,} req/s (sink {cost['sink']}; median of alternated rounds):")
+            rows = []
+            tax = cost.get("kernel_tax_us_per_request") or {}
+            for m, e in cost["per_mode"].items():
+                rows.append([m, fmt(e["median_rps"]), fmt(e.get("median_agent_us_per_request"), ".1f"), fmt(e.get("median_agent_cores"), ".2f"), fmt(e["median_nginx_us_per_request"], ".1f"), fmt(tax.get(m), "+.1f"),
+                             fmt(e.get("spans_per_request"), ".4f"), fmt(e.get("events_lost"), ","), fmt(e.get("max_agent_vmhwm_mb"), ".0f")])
+            say(table(["mode", "req/s", "agent us/req", "agent cores", "nginx us/req", "kernel tax us/req", "spans/req", "ev lost", "VmHWM MB"], rows))
+        b = r.get("bpf")
+        if b:
+            say(f"\nBPF programs at {b['target_rps']:,} req/s (kernel.bpf_stats_enabled):")
+            for m in ("idle", "on"):
+                if m in b:
+                    say(f"  {m}: {fmt(b[m].get('total_ns_per_request'), ',.0f')} ns of BPF per request ({fmt(b[m].get('total_runs_per_request'), '.1f')} runs); top: " + ", ".join(f"{p['name']} {fmt(p.get('ns_per_request'), ',.0f')} ns/req ({fmt(p['ns_per_run'], ',.0f')} ns/run)" for p in b[m]["programs"][:4]))
+        for config, data in (r.get("loss_sweep") or {}).items():
+            rows = [[f"{x['target_rps']:,}", fmt(x["wrk"]["rps"]), f"{x['nginx_served']:,}", f"{x['spans_exported']:,}", f"{x['loss_pct']:.2f}%", f"{x['events_lost']:,}", f"{x['export_dropped']:,}", fmt(x["cpu"].get("agent_cores"), ".2f"), fmt(x.get("agent_us_per_request"), ".1f"), fmt(x["cpu"].get("nginx_cores"), ".2f"), fmt(x.get("agent_vmhwm_mb"), ".0f"), "yes" if x["loss_free"] else "NO", f"{x['cpu']['other_cores']:.2f}" + (" !" if x["noisy"] else "")] for x in data["runs"]]
+            say(f"\nspan loss, {config}: highest loss-free rate {fmt(data['highest_loss_free_rps'])} req/s")
+            say(table(["target/s", "achieved/s", "served", "spans", "loss", "ev lost", "dropped", "agent cores", "agent us/req", "nginx cores", "HWM MB", "loss-free", "noise cores"], rows))
         st = r.get("startup")
         if st:
-            say(f"start-up to tracing: median {st['median_to_tracing_s']}s (agent's own compile+attach {st['median_self_reported_s']}s); stop {st['median_stop_s']}s; idle VmHWM {st['median_idle_vmhwm_mb']} MB, idle CPU {fmt(st['idle_agent_cores'], '.3f')} cores")
-        say("targets:")
+            say(f"\nstart-up to tracing: median {st['median_to_tracing_s']}s (agent's own compile+attach {st['median_self_reported_s']}s); stop {st['median_stop_s']}s; idle VmHWM {st['median_idle_vmhwm_mb']} MB, idle CPU {fmt(st['idle_agent_cores'], '.3f')} cores")
+        say("\nheadline (compare two reports with bench/compare.py BEFORE.json AFTER.json):")
+        say(table(["figure", "value", "unit"], [[v["label"], fmt(v["value"], ",.3f" if isinstance(v["value"], float) and abs(v["value"]) < 10 else ",.0f" if isinstance(v["value"], (int, float)) else ""), v["unit"]] for v in r.get("headline", {}).values()]))
+        say("\nthe issue's targets (reference only, nothing is asserted):")
         for t in r.get("targets", []):
             say(f"  [{'MET' if t['met'] else 'NOT MET'}] {t['target']}: {t['value']}")
 
@@ -1178,7 +1471,12 @@ def choose_layout(args: argparse.Namespace) -> Layout:
     for name, value in (("--server-cpus", server), ("--client-cpus", client), ("--agent-cpus", agent)):
         if value and not parse_cpu_list(value) <= set(available):
             raise BenchError(f"{name} {value}: not among the CPUs this process may use ({available})")
-    return Layout(server, client, agent)
+    own = args.agent_own_cpus or client
+    if own and not parse_cpu_list(own) <= set(available):
+        raise BenchError(f"--agent-own-cpus {own}: not among the CPUs this process may use ({available})")
+    if own and server and parse_cpu_list(own) & parse_cpu_list(server):
+        raise BenchError(f"--agent-own-cpus {own} overlaps nginx's CPUs {server}")
+    return Layout(server, client, agent, own)
 
 
 def machine_info() -> dict[str, Any]:
@@ -1247,16 +1545,26 @@ def preflight(args: argparse.Namespace) -> None:
     for tool, package in (("nginx", "nginx-light"), ("wrk", "wrk"), ("taskset", "util-linux")):
         if shutil.which(tool) is None:
             raise BenchError(f"{tool} not found in PATH: apt-get install {package} (scripts/install.sh does it)")
-    check = subprocess.run([sys.executable, "-c", "import bcc, otelbpf"], capture_output=True, text=True, cwd=ROOT)
+    check = subprocess.run([sys.executable, "-c", "import bcc"], capture_output=True, text=True, cwd=ROOT)
     if check.returncode != 0:
         raise BenchError(
-            f"{sys.executable} cannot import bcc and otelbpf: run with the project's venv (make bench, or .venv/bin/python)\n{check.stderr.strip()[-600:]}"
+            f"{sys.executable} cannot import bcc: run with the project's venv (make bench, or .venv/bin/python)\n{check.stderr.strip()[-600:]}"
         )
+    command = AgentCommand.from_args(args)
+    check = subprocess.run([*command.argv, "run", "--help"], capture_output=True, text=True, cwd=command.cwd)
+    if check.returncode != 0:
+        raise BenchError(f"the agent under test does not start: {' '.join(command.argv)} run --help (in {command.cwd}) exited {check.returncode}\n{(check.stderr or check.stdout).strip()[-900:]}")
+    if command.argv[1:3] == ["-m", "otelbpf"]:
+        where = subprocess.run([command.argv[0], "-c", "import otelbpf; print(otelbpf.__file__)"], capture_output=True, text=True, cwd=command.cwd).stdout.strip()
+        if where and not Path(where).resolve().is_relative_to(command.cwd):
+            say(f"WARNING: {command.argv[0]} -m otelbpf in {command.cwd} imports {where}, not that checkout's code")
 
 
 #: Defaults of a full run, and of --quick (~1 min); an explicit flag wins over both.
-FULL = {"duration": 6, "rounds": 5, "rates": "2000,5000,10000,15000,20000", "loss_duration": 10, "refine": 2, "starts": 5, "warmup": 2, "no_idle": False}
-QUICK = {"duration": 3, "rounds": 1, "rates": "10000", "loss_duration": 3, "refine": 0, "starts": 1, "warmup": 1, "no_idle": True}
+FULL = {"duration": 6, "rounds": 5, "rates": "2000,5000,10000,20000,30000,50000", "loss_duration": 10, "refine": 2, "starts": 5, "warmup": 2}
+QUICK = {"duration": 3, "rounds": 1, "rates": "10000", "loss_duration": 3, "refine": 0, "starts": 1, "warmup": 1}
+PARTS = ("saturation", "fixed", "cost", "bpf", "loss", "startup")
+SINKS = ("otlp-grpc", "jsonfile")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -1264,19 +1572,28 @@ def build_parser() -> argparse.ArgumentParser:
     f, q = FULL, QUICK
     p.add_argument("--quick", action="store_true", help="short smoke run, about a minute (defaults in [] below)")
     p.add_argument("--duration", type=int, help=f"seconds per saturation / half-load window, whole seconds (default {f['duration']} [{q['duration']}])")
-    p.add_argument("--rounds", type=int, help=f"off/on alternations at saturation and at half load (default {f['rounds']} [{q['rounds']}])")
+    p.add_argument("--rounds", type=int, help=f"alternated rounds of the modes at saturation, at half load and at the cost rate (default {f['rounds']} [{q['rounds']}])")
     p.add_argument("--rates", help=f"fixed rates (req/s) of the span-loss sweep, 10000 always added (default {f['rates']} [{q['rates']}])")
+    p.add_argument("--sink", choices=SINKS, default="otlp-grpc", help="where the agent sends spans in saturation, half load, cost, bpf and start-up: OTLP/gRPC to bench/otlp_counting_receiver.py, or a JSON file (default otlp-grpc)")
+    p.add_argument("--sat-modes", default="off,idle,on,own,kstop", help="modes at saturation (default off,idle,on,own,kstop; see bench/README.md)")
+    p.add_argument("--half-modes", default="off,on", help="modes at half load (default off,on)")
+    p.add_argument("--cost-rate", type=int, default=10000, help="fixed rate of the cost and bpf parts (default 10000)")
+    p.add_argument("--cost-modes", default="off,on,own", help="modes at the cost rate (default off,on,own)")
+    p.add_argument("--sweeps", default="otlp-grpc@server,otlp-grpc@own", help="span-loss sweeps, SINK@server (agent on nginx's core) or SINK@own (its own core) (default otlp-grpc@server,otlp-grpc@own)")
+    p.add_argument("--sweep-all", action="store_true", help="run every rate of a sweep (default: stop after two lossy rates)")
+    p.add_argument("--repo", help="run the agent from this checkout (its .venv/bin/python if it has one): for before -> after, e.g. a `git worktree` of the base commit")
+    p.add_argument("--agent-python", help="interpreter for `-m otelbpf` (default: --repo's .venv, else this one)")
+    p.add_argument("--otelbpf-cmd", help="the agent's command prefix, instead of `PYTHON -m otelbpf` (e.g. /opt/other/.venv/bin/otelbpf); 'run ...' is appended")
+    p.add_argument("--label", help="a name for this run in the report (e.g. before, after; default: the agent checkout's short commit)")
     p.add_argument("--loss-duration", type=int, help=f"seconds per rate of the span-loss sweep (default {f['loss_duration']} [{q['loss_duration']}])")
     p.add_argument("--refine", type=int, help=f"extra sweep runs bisecting between the highest loss-free and the lowest lossy rate (default {f['refine']} [{q['refine']}])")
     p.add_argument("--starts", type=int, help=f"agent starts for the start-up time (default {f['starts']} [{q['starts']}])")
     p.add_argument("--warmup", type=int, help=f"seconds of unmeasured load after nginx starts (default {f['warmup']} [{q['warmup']}])")
-    p.add_argument("--no-idle", action="store_true", default=None, help="skip the 'idle' mode at saturation (agent attached, tracing another process) (default: run it; --quick skips it)")
-    p.add_argument("--half-rate", type=float, help="fixed rate of part 2 (default: half the median saturated throughput with the agent off)")
-    p.add_argument("--only", default="saturation,fixed,loss,startup", help="parts to run, comma-separated (default: all four)")
+    p.add_argument("--half-rate", type=float, help="fixed rate of the half-load part (default: half the median saturated throughput with the agent off)")
+    p.add_argument("--only", default=",".join(PARTS), help=f"parts to run, comma-separated, of {','.join(PARTS)} (default: all)")
     p.add_argument("--quiet-wait", type=float, default=30.0, help="before each window, wait up to this long for other processes to use < 0.15 cores (default 30)")
     p.add_argument("--noise-retries", type=int, default=2, help="repeat a window this many times while other processes used >= 0.15 cores during it (default 2)")
     p.add_argument("--noise-budget", type=float, default=180.0, help="total seconds the run may spend on those waits and repeats (default 180)")
-    p.add_argument("--no-otlp", action="store_true", help="sweep the JSON-file sink only (default: JSON file, then OTLP/gRPC)")
     p.add_argument("--threads", type=int, default=1, help="wrk threads at saturation (default 1)")
     p.add_argument("--connections", type=int, default=50, help="wrk connections at saturation (default 50)")
     p.add_argument("--rate-connections", type=int, default=300, help="wrk connections at fixed rates, enough that one is free at every slot (default 300)")
@@ -1286,7 +1603,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", choices=("pid", "comm"), default="pid", help="trace nginx by --pid (master and workers) or by --comm nginx (default pid)")
     p.add_argument("--server-cpus", help="CPUs for nginx (default: the first available)")
     p.add_argument("--client-cpus", help="CPUs for wrk and the OTLP receiver (default: the others)")
-    p.add_argument("--agent-cpus", default="server", help="CPUs for the agent: server, client, any, or a list (default server)")
+    p.add_argument("--agent-cpus", default="server", help="CPUs for the agent 'on nginx's core': server, client, any, or a list (default server)")
+    p.add_argument("--agent-own-cpus", help="CPUs for the agent 'on its own core' (modes own, sweeps @own) (default: the client's CPUs, shared with wrk on a 2-CPU machine)")
     p.add_argument("--no-pin", action="store_true", help="pin nothing")
     p.add_argument("--agent-arg", action="append", default=[], help="extra argument for `otelbpf run` (repeatable), e.g. --agent-arg=--capture-bytes=512")
     p.add_argument("--output", type=Path, help="JSON report path (default bench/results/nginx_wrk-<UTC time>.json)")
@@ -1309,11 +1627,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.paths = [p.strip() for p in str(args.paths).split(",") if p.strip()]
     if not args.paths or any(not p.startswith("/") for p in args.paths):
         parser.error("--paths: give absolute paths, e.g. /,/static/4k.txt")
-    args.only = {p.strip() for p in args.only.split(",") if p.strip()}
-    unknown = args.only - {"saturation", "fixed", "loss", "startup"}
+    args.only = {{"half": "fixed"}.get(p.strip(), p.strip()) for p in args.only.split(",") if p.strip()}
+    unknown = args.only - set(PARTS)
     if unknown:
         parser.error(f"--only: unknown part(s) {sorted(unknown)}")
-    for name in ("duration", "rounds", "loss_duration", "threads", "connections", "rate_connections", "workers"):
+    for name in ("sat_modes", "half_modes", "cost_modes"):
+        modes = [m.strip() for m in getattr(args, name).split(",") if m.strip()]
+        bad = [m for m in modes if m not in Bench.MODES]
+        if bad or "off" not in modes:
+            parser.error(f"--{name.replace('_', '-')}: modes among {', '.join(Bench.MODES)}, 'off' included (got {getattr(args, name)!r})")
+        setattr(args, name, ["off", *[m for m in modes if m != "off"]])
+    args.sweeps = [c.strip() for c in args.sweeps.split(",") if c.strip()]
+    for c in args.sweeps:
+        sink, _, where = c.partition("@")
+        if sink not in SINKS or where not in ("server", "own"):
+            parser.error(f"--sweeps: {c!r} is not SINK@server or SINK@own with SINK in {SINKS}")
+    if args.repo and not (Path(args.repo) / "otelbpf").is_dir() and not args.otelbpf_cmd:
+        parser.error(f"--repo {args.repo}: no otelbpf/ package there")
+    for name in ("duration", "rounds", "loss_duration", "threads", "connections", "rate_connections", "workers", "cost_rate"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be >= 1")
     if min(args.starts, args.refine, args.warmup, args.noise_retries, args.quiet_wait, args.noise_budget) < 0:
@@ -1343,9 +1674,13 @@ def main(argv: list[str] | None = None) -> int:
         bench.results["started"] = started.isoformat(timespec="seconds")
         bench.results["command"] = [sys.executable, *sys.argv] if argv is None else ["nginx_wrk.py", *argv]
         bench.results["config"] = {k: (sorted(v) if isinstance(v, set) else str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}
-        bench.results["layout"] = {"server": bench.layout.server, "client": bench.layout.client, "agent": bench.layout.agent, "description": bench.layout.describe()}
+        bench.results["layout"] = {"server": bench.layout.server, "client": bench.layout.client, "agent": bench.layout.agent, "agent_own": bench.layout.agent_own, "description": bench.layout.describe()}
+        bench.results["agent_under_test"] = bench.agent_command.describe()
+        bench.results["label"] = args.label or (bench.results["agent_under_test"].get("commit") or "")[:12] or "unlabelled"
         bench.results["idle_before_start"] = busy
         say(f"otelbpf nginx/wrk benchmark -- {bench.results['machine']['summary']}")
+        au = bench.results["agent_under_test"]
+        say(f"agent under test [{bench.results['label']}]: {' '.join(au['argv'])} run ... (in {au['cwd']}, commit {au['commit'][:12]} {au['commit_subject'][:60]!r}, {au['modified_files']} modified files)")
         if busy > 0.10:
             say(f"WARNING: the machine was {busy:.0%} busy before the benchmark started: other work skews the numbers (alternation limits, does not remove, the effect)")
         bench.start()
@@ -1353,11 +1688,16 @@ def main(argv: list[str] | None = None) -> int:
             bench.saturation()
         if "fixed" in args.only:
             bench.fixed_rate()
+        if "cost" in args.only:
+            bench.cost()
+        if "bpf" in args.only:
+            bench.bpf()
         if "loss" in args.only:
             bench.loss_sweep()
             bench.agent_cost()
         if "startup" in args.only:
             bench.startup()
+        bench.results["headline"] = bench.headline()
         bench.results["targets"] = bench.summary()
         bench.results["noise"] = {"threshold_cores": NOISY_CORES, "seconds_spent": round(bench._noise_spent, 1)}
     except KeyboardInterrupt:

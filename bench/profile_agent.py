@@ -3,12 +3,15 @@
 
 Same set-up as bench/nginx_wrk.py (its nginx, wrk scheduler, pinning and agent
 launcher), one run, sampled with py-spy (all threads, idle samples excluded),
-then folded into a table of self and inclusive time per function, converted to
-microseconds per request with the agent's measured CPU time::
+then folded into a stage breakdown (each sample charged to the innermost otelbpf /
+protocols frame of its stack, mapped to a pipeline stage by module) and tables of self and
+inclusive time per function, converted to microseconds per request with the agent's
+measured CPU time (utime+stime from /proc, load start -> caught up)::
 
     python3 -m venv /tmp/pyspy-venv && /tmp/pyspy-venv/bin/pip install py-spy
     .venv/bin/python bench/profile_agent.py --rate 10000 --duration 10
-    .venv/bin/python bench/profile_agent.py --sink otlp-grpc --py-spy /tmp/pyspy-venv/bin/py-spy
+    .venv/bin/python bench/profile_agent.py --sink jsonfile --py-spy /tmp/pyspy-venv/bin/py-spy
+    .venv/bin/python bench/profile_agent.py --repo ../otelbpf-base      # another checkout (before -> after)
 
 py-spy is not a project dependency: point --py-spy at it (default: PATH, then
 /tmp/pyspy-venv/bin/py-spy). The raw collapsed stacks are kept (--keep) for
@@ -61,6 +64,55 @@ def fold(raw: Path) -> tuple[Counter, Counter, Counter, int]:
     return self_c, incl, threads, total
 
 
+#: (module path fragment, stage), first match wins; checked against the innermost project frame
+STAGES = (
+    ("otelbpf/sources/", "1 capture: ring-buffer read + record decode"),
+    ("otelbpf/reorder", "2 reorder"),
+    ("otelbpf/connections", "3 connections + protocol detection"),
+    ("protocols/", "4 HTTP parsing"),
+    ("otelbpf/association", "6 association (parent links)"),
+    ("otelbpf/propagation", "6 association (parent links)"),
+    ("otelbpf/spans", "5 span building"),
+    ("otelbpf/resources", "5 span building"),
+    ("otelbpf/identity", "5 span building"),
+    ("otelbpf/export/", "7 export (encode + queue + send)"),
+    ("otelbpf/metrics/", "8 RED metrics"),
+    ("otelbpf/selfmetrics", "9 self-metrics"),
+    ("otelbpf/pipeline", "0 pipeline / agent loop (own code)"),
+    ("otelbpf/agent", "0 pipeline / agent loop (own code)"),
+    ("otelbpf/", "0 other otelbpf code"),
+)
+
+
+def stage_of(stack: list[str]) -> str:
+    """The stage of a sample: the innermost frame in the project's code decides; none: by library."""
+    for frame in reversed(stack):
+        path = frame.partition(" (")[2].rstrip(")").rsplit(":", 1)[0]
+        for fragment, stage in STAGES:
+            if fragment in path and "-packages/" not in path:
+                return stage
+    leaf = stack[-1] if stack else ""
+    if "grpc" in leaf or "protobuf" in leaf:
+        return "7 export (encode + queue + send)"
+    return "~ outside the project's code (interpreter start, threading, libraries)"
+
+
+def fold_stages(raw: Path) -> tuple[dict, int]:
+    """Samples per stage (each sample once), and the total."""
+    stages: Counter = Counter()
+    total = 0
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        frames = stack.split(";")
+        if frames and frames[0].startswith("thread ("):
+            frames = frames[1:]
+        stages[stage_of(frames)] += int(count)
+        total += int(count)
+    return stages, total
+
+
 def short(frame: str) -> str:
     """'func (path/to/module.py:123)' -> 'func (module.py)': lines merged per function."""
     name, _, where = frame.partition(" (")
@@ -74,7 +126,9 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=int, default=10000, help="fixed request rate (default 10000)")
     p.add_argument("--duration", type=int, default=10, help="seconds of load (default 10)")
-    p.add_argument("--sink", choices=("jsonfile", "otlp-grpc"), default="jsonfile")
+    p.add_argument("--sink", choices=("otlp-grpc", "jsonfile"), default="otlp-grpc", help="OTLP/gRPC to the counting receiver, or a JSON file (default otlp-grpc)")
+    p.add_argument("--repo", help="profile the agent of this checkout (see nginx_wrk.py --repo)")
+    p.add_argument("--agent-python", help="interpreter for `-m otelbpf` (see nginx_wrk.py)")
     p.add_argument("--py-spy", dest="py_spy", help="py-spy binary")
     p.add_argument("--sample-rate", type=int, default=250, help="py-spy samples per second (default 250)")
     p.add_argument("--top", type=int, default=30, help="rows per table (default 30)")
@@ -83,7 +137,8 @@ def main() -> int:
     p.add_argument("--agent-cpus", default="server", help="server, client, any, or a CPU list (default server)")
     args = p.parse_args()
 
-    bench_args = nw.parse_args(["--agent-cpus", args.agent_cpus, *[f"--agent-arg={a}" for a in args.agent_arg]])
+    extra = [*(["--repo", args.repo] if args.repo else []), *(["--agent-python", args.agent_python] if args.agent_python else [])]
+    bench_args = nw.parse_args(["--agent-cpus", args.agent_cpus, *extra, *[f"--agent-arg={a}" for a in args.agent_arg]])
     children = nw.Children()
     workdir = Path(tempfile.mkdtemp(prefix="otelbpf-bench-profile-"))
     receiver = None
@@ -110,6 +165,8 @@ def main() -> int:
         meter = bench.meter(agent)
         result = bench.wrk.fixed_rate(args.rate, args.duration, 1, bench_args.rate_connections)
         cpu = meter.stop()
+        bench.agents.wait_idle(agent)
+        agent_s = ((nw.proc_cpu_ticks(agent.pid) or 0) - meter.start["agent"]) / nw.CLK_TCK  # load start -> caught up
         _, spy_err = spy.communicate(timeout=60)
         children.forget(spy)
         stopped = bench.agents.stop(agent)
@@ -119,11 +176,14 @@ def main() -> int:
             shutil.copy(raw, args.keep)
         self_c, incl, threads, total = fold(raw)
         requests = max(1, result.requests)
-        agent_s = cpu["agent_cpu_s"]
         us_per_sample = 1e6 * agent_s / max(1, total) / requests
 
-        print(f"\n{result.rps:,.0f} req/s for {args.duration}s, sink {args.sink}: agent {cpu['agent_cores']:.2f} cores = {1e6 * agent_s / requests:.1f} us CPU per request; nginx {cpu['nginx_cores']:.2f} cores")
+        print(f"\n{result.rps:,.0f} req/s for {args.duration}s, sink {args.sink}: agent {cpu['agent_cores']:.2f} cores during the load, {agent_s:.2f} s CPU until caught up = {1e6 * agent_s / requests:.1f} us CPU per request; nginx {cpu['nginx_cores']:.2f} cores")
         print(f"py-spy: {total:,} non-idle samples; agent stats: " + ", ".join(f"{k}={v}" for k, v in stopped["stats"].items()))
+        stages, stage_total = fold_stages(raw)
+        print("\nper stage (each sample charged to the innermost project frame): share, us per request")
+        for name, n in sorted(stages.items()):
+            print(f"  {100 * n / max(1, stage_total):5.1f}%  {n * us_per_sample:6.1f} us  {name}")
         print("\nper thread (share of non-idle samples):")
         for name, n in threads.most_common():
             print(f"  {100 * n / total:5.1f}%  {name}")
