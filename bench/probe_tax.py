@@ -3,7 +3,7 @@
 
 nginx_wrk.py's "idle" mode (the agent attached, tracing nothing nginx does)
 shows what merely enabling the agent's tracepoints costs every process. This
-script splits that cost: it compiles bpf/capture.c exactly as the agent does
+script splits that cost: it compiles bpf/capture.c (and its probe families) exactly as the agent does
 (through otelbpf.sources.ebpf, filter set to an idle process, so no event is
 ever emitted), then attaches one group of its tracepoints at a time and runs
 wrk at saturation, alternating with nothing attached. Two reference programs
@@ -14,7 +14,8 @@ programs' own work:
   capture.c attached before it moved to the raw pair);
 * ``empty-raw``: an empty program on raw_syscalls:sys_enter/sys_exit as raw tracepoints
   (one program per direction for every syscall, without the perf-buffer set-up
-  that syscalls:* tracepoints do before calling BPF).
+  that syscalls:* tracepoints do before calling BPF), what capture.c attached
+  before payload capture moved onto sock:sock_{recv,send}_length.
 
     .venv/bin/python bench/probe_tax.py [--rounds 3] [--duration 5]
 
@@ -39,7 +40,11 @@ import nginx_wrk as nw  # noqa: E402
 DATA_SYSCALLS = ("read", "write", "recvfrom", "sendto", "readv", "writev", "recvmsg", "sendmsg", "sendfile64")
 GROUPS = {
     "all (as the agent)": None,  # every tracepoint capture.c has
-    "raw syscalls (2)": ["raw:sys_enter", "raw:sys_exit"],
+    "per-syscall tracepoints (9)": [
+        "syscalls:sys_enter_close", "syscalls:sys_enter_connect", "syscalls:sys_exit_accept",
+        "syscalls:sys_exit_accept4", "syscalls:sys_enter_sendmmsg", "syscalls:sys_enter_recvmmsg",
+        "syscalls:sys_exit_recvfrom", "syscalls:sys_exit_recvmsg", "syscalls:sys_exit_recvmmsg",
+    ],
     "sock:sock_*_length (2)": ["sock:sock_recv_length", "sock:sock_send_length"],
     "lifecycle (5)": [
         "sched:sched_process_fork", "sched:sched_process_exec", "sched:sched_process_exit",

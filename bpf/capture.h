@@ -3,16 +3,20 @@
  * otelbpf/sources/ebpf_layout.py mirrors these layouts with struct.Struct;
  * tests/test_ebpf_layout.py checks the two agree (compiled offsets vs Python).
  * Only fixed-width types, explicit padding: the layout is an ABI.
+ * Shared by every probe family (bpf/capture.c includes them all).
  */
 #ifndef OTELBPF_CAPTURE_H
 #define OTELBPF_CAPTURE_H
 
 enum event_type {
-    EV_DATA = 1,       /* bytes read or written on a socket */
+    EV_DATA = 1,       /* bytes read or written on a stream socket */
     EV_CONN_OPEN = 2,  /* first sight of (tgid, fd) as a socket */
     EV_CONN_CLOSE = 3, /* close() of a socket we reported */
     EV_PROC_EXIT = 4,  /* a traced process exited */
     EV_CONN_PEER = 5,  /* the peer socket of a Unix connection became known */
+    EV_DATAGRAM = 6,   /* one UDP datagram sent or received, with its peer */
+    EV_PROC_START = 7, /* a traced process exec()ed */
+    EV_CALL = 8,       /* a library call seen by the generic uprobes */
 };
 
 enum direction {
@@ -20,9 +24,16 @@ enum direction {
     DIR_EGRESS = 1,  /* the process wrote the bytes */
 };
 
+/* Which probe family saw a payload (otelbpf.events.Source). */
+enum data_source {
+    SOURCE_SOCKET = 0, /* socket tracepoints */
+    SOURCE_TLS = 1,    /* TLS library uprobes (plaintext) */
+};
+
 enum data_flags {
-    DF_SENDFILE = 1,      /* moved by sendfile(): counted, not captured */
+    DF_SENDFILE = 1,      /* moved by sendfile()/splice(): counted, not captured */
     DF_IOV_TRUNCATED = 2, /* more iovecs than the probe walks */
+    DF_MMSG_UNKNOWN = 4,  /* a sendmmsg/recvmmsg entry we could not place: counted, not captured */
 };
 
 enum role_hint {
@@ -33,18 +44,19 @@ enum role_hint {
 
 /* Every record starts with this header (48 bytes). */
 struct event_hdr {
-    __u64 ts_ns;   /* CLOCK_MONOTONIC: read exit, write enter */
+    __u64 ts_ns;   /* CLOCK_MONOTONIC: when the socket layer moved the bytes */
     __u64 conn_id; /* kernel-assigned, unique per connection sighting */
     __u32 tgid;
     __u32 tid;
     __s32 fd;
     __u8 type;      /* enum event_type */
-    __u8 direction; /* enum direction (EV_DATA) */
-    __u16 flags;    /* enum data_flags (EV_DATA) */
-    __u32 total_len;    /* bytes the syscall moved (EV_DATA) */
-    __u32 captured_len; /* bytes of payload following the header */
-    /* EV_DATA: the Python coroutine whose asyncio task step made the
-     * syscall (opaque, 0 when none): ties calls to the request a task serves. */
+    __u8 direction; /* enum direction (EV_DATA, EV_DATAGRAM) */
+    __u8 flags;     /* enum data_flags (EV_DATA, EV_DATAGRAM) */
+    __u8 source;    /* enum data_source (EV_DATA, EV_DATAGRAM) */
+    __u32 total_len;    /* bytes the syscall moved (EV_DATA, EV_DATAGRAM) */
+    __u32 captured_len; /* bytes of payload following the header (and info) */
+    /* EV_DATA, EV_DATAGRAM, EV_CALL: the Python coroutine whose asyncio task
+     * step made the call (opaque, 0 when none). */
     __u64 task_id;
 };
 
@@ -65,12 +77,37 @@ struct conn_info {
     __u64 peer_sock_id;
 };
 
+/* EV_DATAGRAM: header + this (24 bytes) + captured_len payload bytes */
+struct datagram_info {
+    __u16 family;    /* of the peer address; 0 when not known (connected socket) */
+    __u16 peer_port; /* host order */
+    __u8 protocol;   /* IPPROTO_UDP */
+    __u8 pad[3];
+    __u8 peer_addr[16]; /* IPv4 in the first 4 bytes */
+};
+
+/* EV_PROC_START: header + this (16 bytes) */
+struct proc_info {
+    char comm[16];
+};
+
+/* EV_CALL: header (ts_ns = entry) + this (72 bytes) */
+struct call_info {
+    __u32 probe_id; /* user space maps it to (library, function) */
+    __u32 call_flags;
+    __u64 end_ns; /* return time; = entry for entry-only probes */
+    __u64 args[6];
+    __s64 ret;
+};
+
 /* Indexes of the per-CPU counter array `stats`. */
 enum stat_index {
-    STAT_LOST = 0,         /* ring buffer full: records dropped */
-    STAT_IO_MAP_FULL = 1,  /* too many syscalls in flight to remember one */
-    STAT_NO_TUPLE = 2,     /* connection opened without a known tuple */
-    STAT_COUNT = 3,
+    STAT_LOST = 0,          /* ring buffer full: records dropped */
+    STAT_IO_MAP_FULL = 1,   /* too much in flight to remember (pending maps full) */
+    STAT_NO_TUPLE = 2,      /* connection opened without a known tuple */
+    STAT_MMSG_UNKNOWN = 3,  /* mmsg datagrams we could not place in their array: counted only */
+    STAT_CALL_DEPTH = 4,    /* nested probed calls deeper than the per-thread stack */
+    STAT_COUNT = 5,
 };
 
 #endif

@@ -53,6 +53,8 @@ class DataFlags(enum.IntFlag):
     SENDFILE = 1
     #: The syscall's buffers held more iovecs than the probe walks.
     IOV_TRUNCATED = 2
+    #: A sendmmsg/recvmmsg datagram the probe could not place in its array: counted, not captured.
+    MMSG_UNKNOWN = 4
 
 
 @dataclass(slots=True)
@@ -75,6 +77,8 @@ class ConnOpen:
     #: end's when known: a client's peer_sock_id is its server's sock_id.
     sock_id: int = 0
     peer_sock_id: int = 0
+    #: IPPROTO_TCP / IPPROTO_UDP (0 for Unix sockets or when unknown).
+    protocol: int = 0
 
 
 @dataclass(slots=True)

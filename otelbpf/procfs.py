@@ -16,6 +16,8 @@ from typing import Iterable
 from otelbpf.events import ConnOpen
 
 PROC = "/proc"
+IPPROTO_TCP = 6
+IPPROTO_UDP = 17
 
 
 def process_exists(pid: int) -> bool:
@@ -127,10 +129,23 @@ def _parse_hex_address(text: str, family: int) -> tuple[str, int]:
     return addr, int(port_hex, 16)
 
 
+_TABLES = {
+    IPPROTO_TCP: (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)),
+    IPPROTO_UDP: (("udp", socket.AF_INET), ("udp6", socket.AF_INET6)),
+}
+
+
 def tcp_tuple_by_inode(pid: int, inode: int) -> tuple[int, str, int, str, int] | None:
     """(family, local addr, local port, peer addr, peer port) of a TCP socket,
     looked up in the process's own network namespace."""
-    for name, family in (("tcp", socket.AF_INET), ("tcp6", socket.AF_INET6)):
+    return socket_tuple_by_inode(pid, inode, IPPROTO_TCP)
+
+
+def socket_tuple_by_inode(pid: int, inode: int, protocol: int) -> tuple[int, str, int, str, int] | None:
+    """(family, local addr, local port, peer addr, peer port) of a TCP or UDP
+    socket, from the process's own network namespace. For an unconnected UDP
+    socket the peer is ("", 0)."""
+    for name, family in _TABLES[protocol]:
         table = _read(f"{PROC}/{pid}/net/{name}", "r")
         if not table:
             continue
@@ -140,18 +155,24 @@ def tcp_tuple_by_inode(pid: int, inode: int) -> tuple[int, str, int, str, int] |
             if len(cols) > 9 and cols[9] == wanted:
                 local = _parse_hex_address(cols[1], family)
                 peer = _parse_hex_address(cols[2], family)
+                if protocol == IPPROTO_UDP and peer[1] == 0:
+                    peer = ("", 0)
                 return family, local[0], local[1], peer[0], peer[1]
     return None
 
 
 def fill_tuple_from_proc(event: ConnOpen) -> bool:
-    """Complete a ConnOpen whose tuple the kernel did not see (socket older
-    than the agent). Returns False if the socket is already gone."""
+    """Complete a ConnOpen whose tuple the kernel did not see (a TCP socket
+    older than the agent; any UDP socket, whose local port and, when
+    connected, peer only /proc knows). Returns False if the socket is gone."""
     inode = socket_inode(event.pid, event.fd)
     if inode is None:
         return False
-    found = tcp_tuple_by_inode(event.pid, inode)
-    if found is None:
-        return False
-    event.family, event.local_addr, event.local_port, event.peer_addr, event.peer_port = found
-    return True
+    protocols = (IPPROTO_UDP,) if event.protocol == IPPROTO_UDP else (IPPROTO_TCP, IPPROTO_UDP)
+    for protocol in protocols:
+        found = socket_tuple_by_inode(event.pid, inode, protocol)
+        if found is not None:
+            event.family, event.local_addr, event.local_port, event.peer_addr, event.peer_port = found
+            event.protocol = protocol
+            return True
+    return False

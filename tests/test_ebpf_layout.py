@@ -11,7 +11,17 @@ import subprocess
 
 import pytest
 
-from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, ProcessExit, RoleHint
+from otelbpf.events import (
+    CallEvent,
+    ConnClose,
+    ConnOpen,
+    ConnPeer,
+    DataEvent,
+    DatagramEvent,
+    ProcessExit,
+    ProcessStart,
+    RoleHint,
+)
 from otelbpf.sources import ebpf_layout as layout
 from otelbpf.sources.ebpf import BPF_DIR
 from protocols.base import Direction
@@ -26,13 +36,21 @@ int main(void) {
     printf("event_hdr %zu\n", sizeof(struct event_hdr));
     printf("conn_info %zu\n", sizeof(struct conn_info));
     F(event_hdr, ts_ns); F(event_hdr, conn_id); F(event_hdr, tgid); F(event_hdr, tid);
-    F(event_hdr, fd); F(event_hdr, type); F(event_hdr, direction); F(event_hdr, flags);
+    F(event_hdr, fd); F(event_hdr, type); F(event_hdr, direction); F(event_hdr, flags); F(event_hdr, source);
     F(event_hdr, total_len); F(event_hdr, captured_len); F(event_hdr, task_id);
     F(conn_info, family); F(conn_info, local_port); F(conn_info, peer_port); F(conn_info, role);
     F(conn_info, protocol); F(conn_info, local_addr); F(conn_info, peer_addr); F(conn_info, comm);
     F(conn_info, sock_id); F(conn_info, peer_sock_id);
-    printf("EV_DATA %d\nEV_CONN_OPEN %d\nEV_CONN_CLOSE %d\nEV_PROC_EXIT %d\nEV_CONN_PEER %d\n", EV_DATA, EV_CONN_OPEN, EV_CONN_CLOSE, EV_PROC_EXIT, EV_CONN_PEER);
-    printf("STAT_LOST %d\nSTAT_IO_MAP_FULL %d\nSTAT_NO_TUPLE %d\nSTAT_COUNT %d\n", STAT_LOST, STAT_IO_MAP_FULL, STAT_NO_TUPLE, STAT_COUNT);
+    printf("datagram_info %zu\n", sizeof(struct datagram_info));
+    F(datagram_info, family); F(datagram_info, peer_port); F(datagram_info, protocol); F(datagram_info, peer_addr);
+    printf("proc_info %zu\n", sizeof(struct proc_info));
+    F(proc_info, comm);
+    printf("call_info %zu\n", sizeof(struct call_info));
+    F(call_info, probe_id); F(call_info, call_flags); F(call_info, end_ns); F(call_info, args); F(call_info, ret);
+#define C(name) printf(#name " %d\n", (int)(name))
+    C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
+    C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_COUNT);
+    C(SOURCE_SOCKET); C(SOURCE_TLS); C(DF_SENDFILE); C(DF_IOV_TRUNCATED); C(DF_MMSG_UNKNOWN);
     return 0;
 }
 """
@@ -66,7 +84,7 @@ def c_layout(tmp_path_factory):
 
 def test_header_matches_c(c_layout):
     assert c_layout["event_hdr"] == (layout.HEADER.size,)
-    fields = ["ts_ns", "conn_id", "tgid", "tid", "fd", "type", "direction", "flags", "total_len", "captured_len", "task_id"]
+    fields = ["ts_ns", "conn_id", "tgid", "tid", "fd", "type", "direction", "flags", "source", "total_len", "captured_len", "task_id"]
     assert [c_layout[f"event_hdr.{f}"] for f in fields] == _offsets_of(layout.HEADER.format)
 
 
@@ -76,16 +94,128 @@ def test_conn_info_matches_c(c_layout):
     assert [c_layout[f"conn_info.{f}"] for f in fields] == _offsets_of(layout.CONN_INFO.format)
 
 
+def _fields_without_padding(fmt: str) -> str:
+    return "<" + re.sub(r"\d*x", "", fmt.lstrip("<"))
+
+
+def test_datagram_proc_and_call_records_match_c(c_layout):
+    assert c_layout["datagram_info"] == (layout.DATAGRAM_INFO.size,)
+    fields = ["family", "peer_port", "protocol", "peer_addr"]
+    offsets = [c_layout[f"datagram_info.{f}"] for f in fields]
+    assert offsets == [(0, 2), (2, 2), (4, 1), (8, 16)]  # 3 pad bytes after protocol ("3x")
+    assert layout.DATAGRAM_INFO.unpack(bytes(range(24)))[3] == bytes(range(8, 24))
+    assert c_layout["proc_info"] == (layout.PROC_INFO.size,) and c_layout["proc_info.comm"] == (0, 16)
+    assert c_layout["call_info"] == (layout.CALL_INFO.size,)
+    fields = ["probe_id", "call_flags", "end_ns", "args", "ret"]
+    assert [c_layout[f"call_info.{f}"] for f in fields] == [(0, 4), (4, 4), (8, 8), (16, 48), (64, 8)]
+
+
 def test_constants_match_c(c_layout):
-    for name in ("EV_DATA", "EV_CONN_OPEN", "EV_CONN_CLOSE", "EV_PROC_EXIT", "EV_CONN_PEER", "STAT_LOST", "STAT_IO_MAP_FULL", "STAT_NO_TUPLE", "STAT_COUNT"):
+    names = (
+        "EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER EV_DATAGRAM EV_PROC_START EV_CALL "
+        "STAT_LOST STAT_IO_MAP_FULL STAT_NO_TUPLE STAT_MMSG_UNKNOWN STAT_CALL_DEPTH STAT_COUNT "
+        "SOURCE_SOCKET SOURCE_TLS DF_SENDFILE DF_IOV_TRUNCATED DF_MMSG_UNKNOWN"
+    ).split()
+    for name in names:
         assert c_layout[name] == (getattr(layout, name),), name
+    from otelbpf.events import DataFlags, Source
 
-
-def _record(kind, payload=b"", direction=0, flags=0, total=None, conn_id=7, fd=5):
-    header = layout.HEADER.pack(
-        1_000, conn_id, 100, 101, fd, kind, direction, flags, total if total is not None else len(payload), len(payload), 77
+    assert (layout.SOURCE_SOCKET, layout.SOURCE_TLS) == (Source.SOCKET, Source.TLS)
+    assert (layout.DF_SENDFILE, layout.DF_IOV_TRUNCATED, layout.DF_MMSG_UNKNOWN) == (
+        DataFlags.SENDFILE,
+        DataFlags.IOV_TRUNCATED,
+        DataFlags.MMSG_UNKNOWN,
     )
-    return header + payload
+
+
+# -- saved user registers (ebpf_layout.SYSCALL_REGS) ---------------------------
+
+# arm64's struct pt_regs (arch/arm64/include/asm/ptrace.h), written out with
+# fixed-width types so the host compiler lays it out as the kernel does.
+ARM64_REGS = r"""
+#include <stdio.h>
+#include <stddef.h>
+#include <stdint.h>
+struct user_pt_regs { uint64_t regs[31]; uint64_t sp; uint64_t pc; uint64_t pstate; };
+struct pt_regs {
+    union { struct user_pt_regs user_regs; struct { uint64_t regs[31]; uint64_t sp; uint64_t pc; uint64_t pstate; }; };
+    uint64_t orig_x0;
+    int32_t syscallno;
+    uint32_t unused2;
+    uint64_t sdei_ttbr1;
+    uint64_t pmr_save;
+    uint64_t stackframe[2];
+    uint64_t lockdep_hardirqs;
+    uint64_t exit_rcu;
+};
+int main(void) {
+    printf("NR %zu\nARG0 %zu\nMODE %zu\n", offsetof(struct pt_regs, syscallno), offsetof(struct pt_regs, orig_x0), offsetof(struct pt_regs, pstate));
+    for (int i = 1; i < 6; i++) printf("ARG%d %zu\n", i, offsetof(struct pt_regs, regs) + i * sizeof(uint64_t));
+    printf("user_pt_regs %zu\n", sizeof(struct user_pt_regs));
+    return 0;
+}
+"""
+
+# x86-64: the kernel's struct pt_regs has the order of <sys/user.h>'s
+# user_regs_struct up to ss (the ptrace ABI copies one into the other).
+X86_REGS = r"""
+#include <stdio.h>
+#include <stddef.h>
+#include <sys/user.h>
+#define O(n, f) printf(n " %zu\n", offsetof(struct user_regs_struct, f))
+int main(void) {
+    O("NR", orig_rax); O("ARG0", rdi); O("ARG1", rsi); O("ARG2", rdx); O("ARG3", r10); O("ARG4", r8); O("ARG5", r9); O("MODE", cs);
+    return 0;
+}
+"""
+
+
+def _run_c(tmp_path, source: str) -> dict[str, int]:
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        pytest.skip("no C compiler")
+    (tmp_path / "regs.c").write_text(source)
+    subprocess.run([cc, "-o", str(tmp_path / "regs"), str(tmp_path / "regs.c")], check=True)
+    out = subprocess.run([str(tmp_path / "regs")], check=True, capture_output=True, text=True).stdout
+    return {name: int(value) for name, value in (line.split() for line in out.splitlines())}
+
+
+def test_aarch64_register_offsets_match_the_arm64_pt_regs_layout(tmp_path):
+    got = _run_c(tmp_path, ARM64_REGS)
+    table = layout.SYSCALL_REGS["aarch64"]
+    assert got.pop("user_pt_regs") == 34 * 8  # regs[31], sp, pc, pstate
+    assert {k: table[k] for k in got} == got
+    # documented values (arch/arm64/include/asm/ptrace.h, S_ORIG_X0 / S_SYSCALLNO)
+    assert (table["ARG0"], table["NR"], table["MODE"]) == (272, 280, 264)
+    assert (table["MODE_MASK"], table["MODE_NATIVE"]) == (0x10, 0)  # PSR_MODE32_BIT clear
+
+
+def test_x86_64_register_offsets_match_the_ptrace_layout(tmp_path):
+    import platform
+
+    if platform.machine() != "x86_64":
+        pytest.skip("<sys/user.h> describes x86-64 registers only on x86-64")
+    got = _run_c(tmp_path, X86_REGS)
+    table = layout.SYSCALL_REGS["x86_64"]
+    assert {k: table[k] for k in got} == got
+    assert (table["MODE_MASK"], table["MODE_NATIVE"]) == (0xFFFF, 0x33)  # __USER_CS
+
+
+def test_regs_cflags_cover_every_macro_common_h_needs():
+    text = (BPF_DIR / "common.h").read_text()
+    needed = set(re.findall(r"\b(REG_[A-Z0-9_]+)\b", text))
+    for machine in layout.SYSCALL_REGS:
+        given = {flag[2:].split("=")[0] for flag in layout.regs_cflags(machine)}
+        assert needed <= given, (machine, needed - given)
+    with pytest.raises(ValueError):
+        layout.regs_cflags("sparc64")
+
+
+def _record(kind, payload=b"", direction=0, flags=0, total=None, conn_id=7, fd=5, source=0, info=b""):
+    header = layout.HEADER.pack(
+        1_000, conn_id, 100, 101, fd, kind, direction, flags, source, total if total is not None else len(payload), len(payload), 77
+    )
+    return header + info + payload
 
 
 def test_decode_every_record_type():
@@ -113,8 +243,37 @@ def test_decode_every_record_type():
     assert opened.role_hint == RoleHint.ACCEPTED and opened.comm == "python3"
     assert data.direction == Direction.INGRESS and data.data == b"GET / HTTP/1.1\r\n"
     assert data.total_len == 100 and data.missing == 100 - 16
-    assert data.task_id == 77
+    assert data.task_id == 77 and data.source == 0
     assert decoder.malformed == 2
+
+
+def test_decode_datagram_process_start_and_call():
+    decoder = layout.RecordDecoder(clock_offset_ns=5, probe_names={3: ("libcudart.so.12", "cudaMalloc")})
+    peer = layout.DATAGRAM_INFO.pack(10, 5353, 17, bytes(15) + b"\x01")
+    call = layout.CALL_INFO.pack(3, 0, 2_000, 1, 2, 3, 4, 5, 6, -12)
+    events = decoder.decode(
+        [
+            _record(layout.EV_DATAGRAM, b"dns?", direction=1, total=40, info=peer, source=1),
+            _record(layout.EV_PROC_START, info=b"nginx".ljust(16, b"\0")),
+            _record(layout.EV_CALL, info=call),
+            _record(layout.EV_CALL, info=layout.CALL_INFO.pack(9, 0, 1_000, 0, 0, 0, 0, 0, 0, 0)),
+            _record(layout.EV_DATA, b"x", source=1),
+        ]
+    )
+    assert [type(e) for e in events] == [DatagramEvent, ProcessStart, CallEvent, CallEvent, DataEvent]
+    dgram, start, call_event, unknown, data = events
+    assert (dgram.peer_addr, dgram.peer_port, dgram.family, dgram.data) == ("::1", 5353, 10, b"dns?")
+    assert dgram.direction == Direction.EGRESS and dgram.missing == 36 and dgram.source == 1 and dgram.task_id == 77
+    assert (start.pid, start.comm, start.ts_ns) == (100, "nginx", 1_005)
+    assert (call_event.library, call_event.function, call_event.args, call_event.ret) == (
+        "libcudart.so.12",
+        "cudaMalloc",
+        (1, 2, 3, 4, 5, 6),
+        -12,
+    )
+    assert (call_event.ts_ns, call_event.end_ns, call_event.tid) == (1_005, 2_005, 101)
+    assert unknown.function == "probe#9"
+    assert data.source == 1
 
 
 def test_v4_mapped_ipv6_reads_as_ipv4():

@@ -1,5 +1,10 @@
 """Live capture: compiles bpf/capture.c with BCC, attaches it, drains its ring buffer.
 
+bpf/capture.c includes one file per probe family (process lifecycle, socket
+capture, asyncio task probes, generic call probes); the tracepoints attach
+automatically on load, the uprobes per process through
+:class:`otelbpf.sources.uprobes.UprobeAttacher`.
+
 The kernel side submits records without waking us (BPF_RB_NO_WAKEUP), so the
 agent calls :meth:`EbpfSource.read` on a timer (~10 ms): per DESIGN.md's
 measurements that keeps the traced server at ~0.8x instead of ~0.57x with a
@@ -12,13 +17,23 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import platform
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from otelbpf import procfs
-from otelbpf.events import ConnOpen, Event
-from otelbpf.sources.ebpf_layout import STAT_IO_MAP_FULL, STAT_LOST, STAT_NO_TUPLE, RecordDecoder
+from otelbpf.events import ConnClose, ConnOpen, DatagramEvent, Event, ProcessStart, Source
+from otelbpf.sources.ebpf_layout import (
+    STAT_CALL_DEPTH,
+    STAT_IO_MAP_FULL,
+    STAT_LOST,
+    STAT_MMSG_UNKNOWN,
+    STAT_NO_TUPLE,
+    RecordDecoder,
+    regs_cflags,
+)
+from otelbpf.sources.uprobes import Attachment, ProbeSpec, UprobeAttacher
 
 log = logging.getLogger("otelbpf.ebpf")
 
@@ -30,6 +45,32 @@ TRACED_BY_PID = 1
 TRACED_BY_COMM = 2
 MODE_LISTED = 0
 MODE_ALL = 1
+
+
+def program_text(path: Path | None = None, _seen: set[Path] | None = None) -> str:
+    """bpf/capture.c with the local files it includes pasted in.
+
+    BCC generates TRACEPOINT_PROBE argument structs and rewrites map calls
+    (``map.lookup()``) only in the main file it compiles, so common.h and the
+    probe-family files are inlined (with #line markers, so compiler messages
+    name the right file). capture.h, the record ABI (plain structs, also
+    compiled by tests/test_ebpf_layout.py), stays an ordinary include.
+    """
+    path = path or BPF_DIR / "capture.c"
+    seen = _seen if _seen is not None else set()
+    out = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith('#include "') and stripped != '#include "capture.h"':
+            included = path.parent / stripped.split('"')[1]
+            if included not in seen:
+                seen.add(included)
+                out.append(f'#line 1 "{included}"')
+                out.append(program_text(included, seen))
+                out.append(f'#line {number + 1} "{path}"')
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
 
 
 class CaptureError(RuntimeError):
@@ -46,6 +87,9 @@ class CaptureConfig:
     capture_unix: bool = True
     #: Probe CPython's asyncio task steps in traced Python processes.
     python_tasks: bool = True
+    capture_udp: bool = True
+    #: How often read() re-scans watched processes' maps for newly loaded libraries (0: never).
+    rescan_interval_s: float = 5.0
 
     def validate(self) -> None:
         if not (self.pids or self.comms or self.trace_all):
@@ -94,11 +138,21 @@ class EbpfSource:
         self._bpf = None
         self._raw: list[bytes] = []
         self._last_clock_sync = time.monotonic()
+        self._last_rescan = time.monotonic()
         self._callback = None
-        #: pid -> file path the asyncio task probes are attached to.
-        self._python_probes: dict[int, str] = {}
+        #: reads the ring buffer through its mapping (otelbpf.sources.ringbuf); None: BCC's callback
+        self._reader = None
+        #: per-process uprobes (asyncio task probes, generic call probes)
+        self.uprobes: UprobeAttacher | None = None
+        self._watched: set[int] = set()
+        #: (spec name, function) -> EV_CALL probe id
+        self._probe_ids: dict[tuple[str, str], int] = {}
+        self._call_specs: dict[str, tuple[ProbeSpec, str]] = {}  # spec name -> (spec, library label)
         #: Processes traced from the start (--pid, --comm): probed eagerly.
         self._initial_pids: list[int] = []
+        self._announce_initial = True
+        #: conn_id -> (family, addr, port) of connected UDP sockets, from /proc
+        self._udp_peers: dict[int, tuple[int, str, int]] = {}
 
     # -- start-up ---------------------------------------------------------
 
@@ -119,18 +173,40 @@ class EbpfSource:
             f"-DCAPTURE_UNIX={int(self.config.capture_unix)}",
             f"-DPID_MAX={pid_max()}",
             f"-DHAVE_SK_DATA_READY={int(Path('/sys/kernel/tracing/events/sock/sk_data_ready').is_dir())}",
-            
+            f"-DCAPTURE_UDP={int(self.config.capture_udp)}",
             "-Wno-macro-redefined",
         ]
         try:
-            self._bpf = BPF(src_file=str(BPF_DIR / "capture.c").encode(), cflags=cflags)
+            cflags += regs_cflags(platform.machine())
+        except ValueError as exc:
+            raise CaptureError(str(exc)) from exc
+        try:
+            self._bpf = BPF(text=program_text().encode(), cflags=cflags)
         except Exception as exc:
-            raise CaptureError(f"loading the eBPF program failed: {exc} (run `otelbpf doctor`)") from exc
+            hint = ""
+            if "task_pt_regs" in str(exc) or "get_current_task_btf" in str(exc) or "unknown func" in str(exc):
+                hint = (
+                    " -- the socket capture needs bpf_get_current_task_btf() and bpf_task_pt_regs() in tracepoint"
+                    " programs (Linux >= 5.15 with BTF, /sys/kernel/btf/vmlinux)"
+                )
+            raise CaptureError(f"loading the eBPF program failed: {exc}{hint} (run `otelbpf doctor`)") from exc
         self._configure_filter()
-        self._callback = self._bpf["events"].open_ring_buffer(self._on_record)
+        try:
+            from otelbpf.sources.ringbuf import RingBufReader
+
+            self._reader = RingBufReader(self._bpf["events"].map_fd)
+        except Exception as exc:  # noqa: BLE001 - BCC's per-record callback still works
+            log.warning("ring buffer: cannot map it (%s): using BCC's per-record callback", exc)
+            self._callback = self._bpf["events"].open_ring_buffer(self._on_record)
         self.probe_count = self._bpf.num_open_tracepoints() + len(self._bpf.raw_tracepoint_fds)
+        specs = []
+        if self.config.python_tasks:
+            from otelbpf.sources.python_tasks import SPEC
+
+            specs.append(SPEC)
+        self.uprobes = UprobeAttacher(self._bpf, specs, on_attach=self._on_uprobe_attach, on_detach=self._on_uprobe_detach)
         for pid in self._initial_pids:
-            # attach the asyncio probes before the first request, not at first sight
+            # attach the per-process probes before the first request, not at first sight
             self.watch_process(pid)
         return self.probe_count
 
@@ -162,42 +238,77 @@ class EbpfSource:
         self._bpf["traced_tgids"][ctypes.c_uint(pid)] = ctypes.c_ubyte(reason)
 
     def watch_process(self, pid: int) -> bool:
-        """A traced process was seen for the first time: if it is CPython
-        >= 3.10, attach the asyncio task probes to it (by pid)."""
-        if not self.config.python_tasks or pid in self._python_probes or self._bpf is None:
+        """A traced process was seen for the first time: attach the per-process
+        uprobes whose libraries it maps (asyncio task probes if it is CPython
+        >= 3.10, call probes). True if anything was attached."""
+        if self._bpf is None or self.uprobes is None:
             return False
-        from otelbpf.sources.python_tasks import SYMBOL, python_with_tasks
-
-        path = python_with_tasks(pid)
-        if path is None:
-            return False
-        try:
-            self._bpf.attach_uprobe(name=path, sym=SYMBOL, fn_name="py_send_enter", pid=pid)
-            self._bpf.attach_uretprobe(name=path, sym=SYMBOL, fn_name="py_send_return", pid=pid)
-        except Exception as exc:  # the process may be gone already
-            log.debug("asyncio task probes not attached to pid %d: %s", pid, exc)
-            self._detach_python(pid, path)
-            return False
-        self._python_probes[pid] = path
-        return True
+        self._watched.add(pid)
+        return bool(self.uprobes.scan(pid))
 
     def forget_process(self, pid: int) -> None:
-        path = self._python_probes.pop(pid, None)
-        if path is not None:
-            self._detach_python(pid, path)
+        self._watched.discard(pid)
+        if self.uprobes is not None:
+            self.uprobes.forget(pid)
 
-    def _detach_python(self, pid: int, path: str) -> None:
-        from otelbpf.sources.python_tasks import SYMBOL
+    def rescan_libraries(self) -> int:
+        """Look again at every watched process's executable mappings and attach
+        to libraries loaded since (dlopen). Cheap when nothing changed: one
+        read of /proc/PID/maps per process. Returns the new attachments."""
+        if self.uprobes is None:
+            return 0
+        count = 0
+        for pid in list(self._watched):
+            if not procfs.process_exists(pid):
+                self.forget_process(pid)
+                continue
+            count += len(self.uprobes.rescan(pid))
+        return count
 
-        for detach in (self._bpf.detach_uprobe, self._bpf.detach_uretprobe):
-            try:
-                detach(name=path, sym=SYMBOL, pid=pid)
-            except Exception:  # noqa: BLE001 - not attached, or already gone with the process
-                pass
+    def add_call_probe(self, name: str, library: str, symbols: tuple[str, ...], returns: bool = True, label: str = "") -> None:
+        """Probe ``symbols`` in every watched (and later watched) process mapping a
+        file matching the regex ``library``: each call becomes a CallEvent whose
+        ``library`` is ``label`` (default: the mapped file's name)."""
+        spec = ProbeSpec(name, library, tuple(symbols), entry="call_enter", ret="call_return" if returns else None)
+        self._call_specs[name] = (spec, label)
+        if self.uprobes is not None:
+            self.uprobes.add_spec(spec)
+            for pid in list(self._watched):
+                self.uprobes.scan(pid)
 
-    def mute(self, pid: int, fd: int, conn_id: int) -> None:
-        """Stop copying a connection's payloads (it carries no protocol we know):
-        its later syscalls cost the kernel a map lookup and nothing else."""
+    def _on_uprobe_attach(self, attachment: Attachment) -> None:
+        known = self._call_specs.get(attachment.spec.name)
+        if known is None or not attachment.runtime_addr:
+            return
+        spec, label = known
+        function = attachment.symbol.names[0].split("@", 1)[0]
+        probe_id = self._probe_ids.setdefault((spec.name, function), len(self._probe_ids) + 1)
+        self.decoder.probe_names[probe_id] = (label or os.path.basename(attachment.mapped), function)
+        table = self._bpf["call_sites"]
+        key = table.Key()
+        key.tgid = attachment.pid
+        key.addr = attachment.runtime_addr
+        leaf = table.Leaf()
+        leaf.probe_id = probe_id
+        leaf.flags = 1 if spec.ret else 0
+        table[key] = leaf
+
+    def _on_uprobe_detach(self, attachment: Attachment) -> None:
+        if attachment.spec.name not in self._call_specs or not attachment.runtime_addr or self._bpf is None:
+            return
+        table = self._bpf["call_sites"]
+        key = table.Key()
+        key.tgid = attachment.pid
+        key.addr = attachment.runtime_addr
+        try:
+            del table[key]
+        except KeyError:
+            pass
+
+    def mute(self, pid: int, fd: int, conn_id: int, source: int = Source.SOCKET) -> None:
+        """Stop copying a connection's payloads from one source (it carries no
+        protocol we know): its later I/O costs the kernel a map lookup for that
+        source and nothing else. Other sources (e.g. TLS plaintext) go on."""
         table = self._bpf["conns"]
         key = table.Key(pid, fd)
         try:
@@ -205,7 +316,7 @@ class EbpfSource:
         except KeyError:
             return
         if value.conn_id == conn_id:
-            value.muted = 1
+            value.muted |= 1 << int(source)
             table[key] = value
 
     # -- steady state ------------------------------------------------------
@@ -216,19 +327,47 @@ class EbpfSource:
 
     def read(self) -> list[Event]:
         """Drain what the kernel submitted since the last call; never blocks."""
-        self._bpf.ring_buffer_consume()
-        if not self._raw:
-            return []
-        raw, self._raw = self._raw, []
+        if self._reader is not None:
+            self._raw = self._reader.drain()
+        else:
+            self._bpf.ring_buffer_consume()
+        started = self._initial_process_starts() if self._announce_initial else None
         now = time.monotonic()
+        if self.config.rescan_interval_s and now - self._last_rescan > self.config.rescan_interval_s:
+            self._last_rescan = now
+            self.rescan_libraries()
+        if not self._raw:
+            return started or []
+        raw, self._raw = self._raw, []
         if now - self._last_clock_sync > 10:
             self.decoder.clock_offset_ns = monotonic_to_realtime_offset()
             self._last_clock_sync = now
         events = self.decoder.decode(raw)
         for event in events:
-            if type(event) is ConnOpen and event.family == 0:
-                procfs.fill_tuple_from_proc(event)
+            kind = type(event)
+            if kind is ConnOpen:
+                if event.family == 0:
+                    procfs.fill_tuple_from_proc(event)
+                if event.protocol == procfs.IPPROTO_UDP and event.peer_port:
+                    if len(self._udp_peers) > 65536:
+                        self._udp_peers.clear()
+                    self._udp_peers[event.conn_id] = (event.family, event.peer_addr, event.peer_port)
+            elif kind is DatagramEvent:
+                if event.family == 0:
+                    peer = self._udp_peers.get(event.conn_id)
+                    if peer is not None:  # a connected UDP socket: the kernel saw no address
+                        event.family, event.peer_addr, event.peer_port = peer
+            elif kind is ConnClose and self._udp_peers:
+                self._udp_peers.pop(event.conn_id, None)
+        if started:
+            return started + events
         return events
+
+    def _initial_process_starts(self) -> list[Event]:
+        """ProcessStart for the processes traced from the start (--pid/--comm), once."""
+        self._announce_initial = False
+        ts = time.time_ns()
+        return [ProcessStart(ts, pid, procfs.comm_of(pid) or "") for pid in self._initial_pids if procfs.process_exists(pid)]
 
     def kernel_stats(self) -> dict[str, int]:
         """Counters kept in the kernel (summed over CPUs)."""
@@ -237,11 +376,16 @@ class EbpfSource:
             "lost": int(table.sum(ctypes.c_int(STAT_LOST)).value),
             "io_map_full": int(table.sum(ctypes.c_int(STAT_IO_MAP_FULL)).value),
             "no_tuple": int(table.sum(ctypes.c_int(STAT_NO_TUPLE)).value),
+            "mmsg_unknown": int(table.sum(ctypes.c_int(STAT_MMSG_UNKNOWN)).value),
+            "call_depth": int(table.sum(ctypes.c_int(STAT_CALL_DEPTH)).value),
         }
 
     def close(self) -> None:
-        for pid in list(self._python_probes):
-            self.forget_process(pid)
+        if self.uprobes is not None:
+            self.uprobes.close()
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None

@@ -3,6 +3,9 @@
 Kept apart from the loader so it can be tested (and used for replaying raw
 records) without BCC. tests/test_ebpf_layout.py compiles capture.h and checks
 these offsets against the C compiler's.
+
+Also the one table of saved-user-register offsets per architecture
+(:data:`SYSCALL_REGS`), which the loader passes to the C side as -D flags.
 """
 
 from __future__ import annotations
@@ -11,24 +14,105 @@ import socket
 import struct
 from typing import Iterable
 
-from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, Event, ProcessExit, RoleHint
+from otelbpf.events import (
+    CallEvent,
+    ConnClose,
+    ConnOpen,
+    ConnPeer,
+    DataEvent,
+    DatagramEvent,
+    Event,
+    ProcessExit,
+    ProcessStart,
+    RoleHint,
+)
 from protocols.base import Direction
 
 # struct event_hdr
-HEADER = struct.Struct("<QQIIiBBHIIQ")
+HEADER = struct.Struct("<QQIIiBBBBIIQ")
 # struct conn_info
 CONN_INFO = struct.Struct("<HHHBB16s16s16sQQ")
+# struct datagram_info
+DATAGRAM_INFO = struct.Struct("<HHB3x16s")
+# struct proc_info
+PROC_INFO = struct.Struct("<16s")
+# struct call_info
+CALL_INFO = struct.Struct("<IIQ6Qq")
 
 EV_DATA = 1
 EV_CONN_OPEN = 2
 EV_CONN_CLOSE = 3
 EV_PROC_EXIT = 4
 EV_CONN_PEER = 5
+EV_DATAGRAM = 6
+EV_PROC_START = 7
+EV_CALL = 8
+
+SOURCE_SOCKET = 0
+SOURCE_TLS = 1
+
+DF_SENDFILE = 1
+DF_IOV_TRUNCATED = 2
+DF_MMSG_UNKNOWN = 4
 
 STAT_LOST = 0
 STAT_IO_MAP_FULL = 1
 STAT_NO_TUPLE = 2
-STAT_COUNT = 3
+STAT_MMSG_UNKNOWN = 3
+STAT_CALL_DEPTH = 4
+STAT_COUNT = 5
+
+#: Offsets in the kernel's struct pt_regs (the saved user registers of a
+#: syscall) per machine: the syscall number, the six syscall arguments and a
+#: mode word telling native from 32-bit compat syscalls ((word & mask) ==
+#: native). Passed to bpf/common.h as -DREG_*; tests/test_ebpf_layout.py
+#: checks them against the C layouts.
+#:
+#: x86_64: r15 r14 r13 r12 bp bx r11 r10 r9 r8 ax cx dx si di orig_ax ip cs
+#: flags sp ss (8 bytes each); arguments di si dx r10 r8 r9; nr in orig_ax;
+#: cs is 0x33 (__USER_CS) for 64-bit syscalls.
+#: aarch64: user_pt_regs {regs[31], sp, pc, pstate} then orig_x0, s32
+#: syscallno; arguments x0..x5, but x0 is overwritten by the return value at
+#: syscall exit, so argument 0 is read from orig_x0; pstate & PSR_MODE32_BIT
+#: (0x10) marks a compat task.
+SYSCALL_REGS: dict[str, dict[str, int]] = {
+    "x86_64": {
+        "NR": 120,
+        "ARG0": 112,
+        "ARG1": 104,
+        "ARG2": 96,
+        "ARG3": 56,
+        "ARG4": 72,
+        "ARG5": 64,
+        "MODE": 136,
+        "MODE_MASK": 0xFFFF,
+        "MODE_NATIVE": 0x33,
+    },
+    "aarch64": {
+        "NR": 280,
+        "ARG0": 272,
+        "ARG1": 8,
+        "ARG2": 16,
+        "ARG3": 24,
+        "ARG4": 32,
+        "ARG5": 40,
+        "MODE": 264,
+        "MODE_MASK": 0x10,
+        "MODE_NATIVE": 0,
+    },
+}
+
+
+def regs_cflags(machine: str) -> list[str]:
+    """-D flags giving bpf/common.h the register offsets of ``machine`` (platform.machine())."""
+    table = SYSCALL_REGS.get(machine)
+    if table is None:
+        raise ValueError(f"{machine}: no syscall register layout (supported: {', '.join(SYSCALL_REGS)})")
+    flags = []
+    for name, value in table.items():
+        suffix = name if name.startswith("MODE_") else f"{name}_OFF"
+        flags.append(f"-DREG_{suffix}={value:#x}")
+    return flags
 
 _DIRECTIONS = (Direction.INGRESS, Direction.EGRESS)
 
@@ -50,9 +134,11 @@ class RecordDecoder:
     time; the loader refreshes it so NTP slew does not accumulate.
     """
 
-    def __init__(self, clock_offset_ns: int = 0) -> None:
+    def __init__(self, clock_offset_ns: int = 0, probe_names: dict[int, tuple[str, str]] | None = None) -> None:
         self.clock_offset_ns = clock_offset_ns
         self.malformed = 0
+        #: EV_CALL probe id -> (library, function); the uprobe attacher fills it.
+        self.probe_names: dict[int, tuple[str, str]] = probe_names if probe_names is not None else {}
 
     def decode(self, records: Iterable[bytes]) -> list[Event]:
         out: list[Event] = []
@@ -63,15 +149,17 @@ class RecordDecoder:
             if len(raw) < header_size:
                 self.malformed += 1
                 continue
-            ts, conn_id, tgid, tid, fd, kind, direction, flags, total, captured, task_id = unpack_header(raw)
+            ts, conn_id, tgid, tid, fd, kind, direction, flags, source, total, captured, task_id = unpack_header(raw)
             ts += offset
             if kind == EV_DATA:
                 data = raw[header_size : header_size + captured]
                 out.append(
                     DataEvent(
-                        ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, flags, task_id
+                        ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, flags, task_id, source
                     )
                 )
+            elif kind == EV_DATAGRAM:
+                out.append(self._datagram(raw, ts, tgid, tid, fd, conn_id, direction, flags, source, total, captured, task_id))
             elif kind == EV_CONN_OPEN:
                 out.append(self._conn_open(raw, ts, tgid, tid, fd, conn_id))
             elif kind == EV_CONN_PEER:
@@ -81,15 +169,53 @@ class RecordDecoder:
                 out.append(ConnClose(ts, tgid, tid, fd, conn_id))
             elif kind == EV_PROC_EXIT:
                 out.append(ProcessExit(ts, tgid))
+            elif kind == EV_PROC_START:
+                if len(raw) < header_size + PROC_INFO.size:
+                    self.malformed += 1
+                    continue
+                (comm,) = PROC_INFO.unpack_from(raw, header_size)
+                out.append(ProcessStart(ts, tgid, comm.split(b"\0", 1)[0].decode("utf-8", "replace")))
+            elif kind == EV_CALL:
+                if len(raw) < header_size + CALL_INFO.size:
+                    self.malformed += 1
+                    continue
+                probe_id, _call_flags, end_ns, a0, a1, a2, a3, a4, a5, ret = CALL_INFO.unpack_from(raw, header_size)
+                library, function = self.probe_names.get(probe_id, ("", f"probe#{probe_id}"))
+                out.append(
+                    CallEvent(ts, end_ns + offset, tgid, tid, library, function, (a0, a1, a2, a3, a4, a5), ret, task_id)
+                )
             else:
                 self.malformed += 1
         return out
+
+    def _datagram(self, raw, ts, tgid, tid, fd, conn_id, direction, flags, source, total, captured, task_id):
+        start = HEADER.size + DATAGRAM_INFO.size
+        if len(raw) < start:
+            self.malformed += 1
+            return DatagramEvent(ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, b"", flags=flags)
+        family, port, _proto, addr = DATAGRAM_INFO.unpack_from(raw, HEADER.size)
+        return DatagramEvent(
+            ts,
+            tgid,
+            tid,
+            fd,
+            conn_id,
+            _DIRECTIONS[direction & 1],
+            total,
+            raw[start : start + captured],
+            peer_addr=format_address(family, addr),
+            peer_port=port,
+            family=family,
+            flags=flags,
+            task_id=task_id,
+            source=source,
+        )
 
     def _conn_open(self, raw: bytes, ts: int, tgid: int, tid: int, fd: int, conn_id: int) -> ConnOpen:
         if len(raw) < HEADER.size + CONN_INFO.size:
             self.malformed += 1
             return ConnOpen(ts, tgid, tid, fd, conn_id)
-        family, lport, pport, role, _proto, laddr, paddr, comm, sock_id, peer_sock_id = CONN_INFO.unpack_from(
+        family, lport, pport, role, proto, laddr, paddr, comm, sock_id, peer_sock_id = CONN_INFO.unpack_from(
             raw, HEADER.size
         )
         return ConnOpen(
@@ -107,4 +233,5 @@ class RecordDecoder:
             comm=comm.split(b"\0", 1)[0].decode("utf-8", "replace"),
             sock_id=sock_id,
             peer_sock_id=peer_sock_id,
+            protocol=proto,
         )

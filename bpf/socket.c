@@ -1,0 +1,694 @@
+/* Socket payload capture. Included by capture.c after common.h.
+ *
+ * Where: sock:sock_recv_length / sock:sock_send_length. They fire inside
+ * sock_recvmsg/sock_sendmsg only (socket I/O, not every syscall), after the
+ * bytes are in (recv) or taken from (send) the user buffer, with the sock
+ * pointer, family, protocol, byte count (ret) and recv flags. The syscall
+ * that got there, its fd and its buffer come from the saved user registers
+ * (common.h). Handled: read, write, readv, writev, recvfrom, sendto,
+ * recvmsg, sendmsg, recvmmsg, sendmmsg (one firing per datagram), and
+ * sendfile/splice into a socket (counted with DF_SENDFILE, not captured).
+ * Other callers (io_uring, kernel sockets) are ignored.
+ *
+ * What still needs a syscall tracepoint uses the per-syscall ones, which
+ * run for that syscall only: close (connection end), connect and
+ * accept/accept4 (role hints), sendmmsg/recvmmsg enter (which entry each
+ * datagram is), recvfrom/recvmsg/recvmmsg exit (the kernel copies a UDP
+ * sender's address to user memory only after sock_recvmsg returns).
+ *
+ * Stream sockets (TCP, Unix) -> EV_DATA; UDP -> EV_DATAGRAM with the peer.
+ * Connection tuple: sock:inet_sock_set_state at ESTABLISHED (TCP), keyed by
+ * the sock pointer; otherwise user space reads /proc.
+ */
+
+#define MY_AF_UNIX 1
+#define MY_AF_INET 2
+#define MY_AF_INET6 10
+#define MY_IPPROTO_TCP 6
+#define MY_IPPROTO_UDP 17
+#define MY_MSG_PEEK 2
+#define TCP_ESTABLISHED 1
+#define TCP_CLOSE 7
+#define MMSGHDR_SIZE 64 /* struct mmsghdr on 64-bit: msghdr (56) + msg_len + pad */
+
+#define SK_STREAM 1
+#define SK_DGRAM 2
+
+enum io_kind {
+    IO_BUF = 1,      /* one flat buffer */
+    IO_IOV = 2,      /* iovec array */
+    IO_MSG = 3,      /* user msghdr */
+    IO_SENDFILE = 4, /* sendfile/splice: counted only */
+    IO_UNKNOWN = 5,  /* an mmsg entry we cannot place: counted only */
+};
+
+struct conn_key {
+    __u32 tgid;
+    __s32 fd;
+};
+
+struct conn_val {
+    __u64 conn_id; /* 0 until data is first seen */
+    __u64 sk;
+    __u64 peer_sk;
+    __u8 role;
+    __u8 muted; /* bit (1 << source) set by user space: stop copying that source */
+};
+
+struct tuple {
+    __u16 family;
+    __u16 local_port;
+    __u16 peer_port;
+    __u8 pad[2];
+    __u8 local_addr[16];
+    __u8 peer_addr[16];
+};
+
+/* Which syscall moved the bytes, and where its buffers are. */
+struct sock_io {
+    __u64 ts;
+    __u64 sk;
+    __u64 peer_sk;
+    __u64 buf;  /* flat buffer, iovec array or msghdr (user pointers) */
+    __u64 addr; /* UDP: user sockaddr of the peer, 0 if none */
+    __s32 fd;
+    __u32 iovcnt;
+    __u32 total;
+    __u16 family;
+    __u8 protocol;
+    __u8 kind;
+    __u8 direction;
+    __u8 flags;
+};
+
+/* recvmmsg/sendmmsg in flight on a thread: which entry the next datagram is. */
+struct mmsg_state {
+    __u64 vec;
+    __u32 vlen;
+    __u32 next;
+    __u32 nr;
+    __u32 pad;
+};
+
+/* A UDP receive whose sender address is copied out after sock_recvmsg: its
+ * record is emitted at the syscall's exit. */
+struct udp_pending {
+    struct sock_io io;
+    __u32 nr;
+    __u32 pad;
+};
+
+struct data_record {
+    struct event_hdr hdr;
+    /* Twice the capture size so the verifier accepts offset + length
+     * bounds when several iovecs are gathered. */
+    __u8 data[CAPTURE_BYTES * 2];
+};
+
+struct datagram_record {
+    struct event_hdr hdr;
+    struct datagram_info info;
+    __u8 data[CAPTURE_BYTES * 2];
+};
+
+struct conn_record {
+    struct event_hdr hdr;
+    struct conn_info info;
+};
+
+struct msghdr_user {
+    __u64 name;
+    __u32 namelen;
+    __u32 pad;
+    __u64 iov;
+    __u64 iovlen;
+};
+
+BPF_TABLE("lru_hash", struct conn_key, struct conn_val, conns, 65536);
+BPF_TABLE("lru_hash", __u64, struct tuple, sk_tuples, 65536);
+BPF_ARRAY(conn_seq, __u64, 1);
+BPF_PERCPU_ARRAY(scratch, struct data_record, 1);
+BPF_PERCPU_ARRAY(dgram_scratch, struct datagram_record, 1);
+BPF_TABLE("lru_hash", __u32, struct mmsg_state, mmsg_states, 16384);
+BPF_HASH(udp_rx, __u32, struct udp_pending, 16384);
+/* Unix pairing: the last socket woken inside a traced thread's send. */
+BPF_TABLE("lru_hash", __u32, __u64, woken_sk, 16384);
+
+/* ---- connection tuples, from the TCP state machine ---- */
+
+TRACEPOINT_PROBE(sock, inet_sock_set_state)
+{
+    if (args->protocol != MY_IPPROTO_TCP)
+        return 0;
+    __u64 sk = (__u64)args->skaddr;
+    if (args->newstate == TCP_CLOSE) {
+        sk_tuples.delete(&sk);
+        return 0;
+    }
+    /* ESTABLISHED carries the whole tuple on both sides (SYN_SENT has no
+     * source port yet). Local is "source" for both: for an accepted
+     * socket the kernel's sport is the listening port. */
+    if (args->newstate != TCP_ESTABLISHED)
+        return 0;
+    struct tuple t = {};
+    t.family = args->family;
+    t.local_port = args->sport;
+    t.peer_port = args->dport;
+    if (args->family == MY_AF_INET) {
+        __builtin_memcpy(t.local_addr, args->saddr, 4);
+        __builtin_memcpy(t.peer_addr, args->daddr, 4);
+    } else {
+        __builtin_memcpy(t.local_addr, args->saddr_v6, 16);
+        __builtin_memcpy(t.peer_addr, args->daddr_v6, 16);
+    }
+    sk_tuples.update(&sk, &t);
+    return 0;
+}
+
+/* ---- connection identity ---- */
+
+static __always_inline void remember_role(__u32 tgid, int fd, __u8 role)
+{
+    struct conn_key key = {.tgid = tgid, .fd = fd};
+    struct conn_val val = {.role = role};
+    conns.update(&key, &val);
+}
+
+static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn_id)
+{
+    struct event_hdr *rec = events.ringbuf_reserve(sizeof(struct event_hdr));
+    if (!rec) {
+        count_stat(STAT_LOST);
+        return;
+    }
+    __builtin_memset(rec, 0, sizeof(*rec));
+    rec->ts_ns = bpf_ktime_get_ns();
+    rec->conn_id = conn_id;
+    rec->tgid = tgid;
+    rec->tid = tid;
+    rec->fd = fd;
+    rec->type = EV_CONN_CLOSE;
+    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+}
+
+static __always_inline void emit_conn_info(__u64 id, struct sock_io *io, __u64 conn_id, __u8 role, __u8 type)
+{
+    struct conn_record *rec = events.ringbuf_reserve(sizeof(struct conn_record));
+    if (!rec) {
+        count_stat(STAT_LOST);
+        return;
+    }
+    __builtin_memset(rec, 0, sizeof(*rec));
+    rec->hdr.ts_ns = io->ts;
+    rec->hdr.conn_id = conn_id;
+    rec->hdr.tgid = id >> 32;
+    rec->hdr.tid = (__u32)id;
+    rec->hdr.fd = io->fd;
+    rec->hdr.type = type;
+    rec->info.role = role;
+    rec->info.protocol = io->protocol;
+    rec->info.sock_id = io->sk;
+    rec->info.peer_sock_id = io->peer_sk;
+    __u64 sk = io->sk;
+    struct tuple *t = sk_tuples.lookup(&sk);
+    if (t) {
+        rec->info.family = t->family;
+        rec->info.local_port = t->local_port;
+        rec->info.peer_port = t->peer_port;
+        __builtin_memcpy(rec->info.local_addr, t->local_addr, 16);
+        __builtin_memcpy(rec->info.peer_addr, t->peer_addr, 16);
+    } else {
+        /* Opened before the agent started, or not TCP: user space
+         * resolves the tuple from /proc while the socket still lives. */
+        rec->info.family = io->family == MY_AF_UNIX ? MY_AF_UNIX : 0;
+        count_stat(STAT_NO_TUPLE);
+    }
+    bpf_get_current_comm(&rec->info.comm, sizeof(rec->info.comm));
+    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+}
+
+/* The connection id for (tgid, fd), announcing the connection the first
+ * time it carries data; 0 when user space muted it for socket capture. */
+static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
+{
+    struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
+    struct conn_val *known = conns.lookup(&key);
+    __u8 role = ROLE_UNKNOWN;
+    if (known) {
+        if (known->conn_id && known->sk == io->sk) {
+            if (io->peer_sk && !known->peer_sk) {
+                known->peer_sk = io->peer_sk;
+                emit_conn_info(id, io, known->conn_id, known->role, EV_CONN_PEER);
+            }
+            return (known->muted & (1 << SOURCE_SOCKET)) ? 0 : known->conn_id;
+        }
+        if (known->conn_id) /* fd reused without a close we saw (dup2) */
+            emit_close(key.tgid, (__u32)id, io->fd, known->conn_id);
+        else
+            role = known->role;
+    }
+    int zero = 0;
+    __u64 *seq = conn_seq.lookup(&zero);
+    if (!seq)
+        return 0;
+    struct conn_val fresh = {};
+    fresh.conn_id = __sync_fetch_and_add(seq, 1) + 1;
+    fresh.sk = io->sk;
+    fresh.peer_sk = io->peer_sk;
+    fresh.role = role;
+    conns.update(&key, &fresh);
+    emit_conn_info(id, io, fresh.conn_id, role, EV_CONN_OPEN);
+    return fresh.conn_id;
+}
+
+/* ---- copying payloads ---- */
+
+/* Copy up to CAPTURE_BYTES of the iovec array into data. */
+static __always_inline __u64 gather_iov(__u8 *data, __u64 iov_ptr, __u32 iovcnt, __u32 total, __u8 *flags)
+{
+    __u64 captured = 0;
+    __u64 consumed = 0;
+    /* A bounded loop (kernel >= 5.3 verifies it without unrolling). */
+    for (int i = 0; i < MAX_IOV; i++) {
+        if (i >= iovcnt || consumed >= total || captured >= CAPTURE_BYTES)
+            break;
+        struct iovec_user {
+            __u64 base;
+            __u64 len;
+        } iov = {};
+        if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(iov_ptr + i * sizeof(iov))) != 0)
+            break;
+        __u64 part = iov.len < (total - consumed) ? iov.len : (total - consumed);
+        __u64 room = CAPTURE_BYTES - captured;
+        __u64 take = part < room ? part : room;
+        __u64 offset = captured;
+        BOUND_FOR_VERIFIER(offset, CAPTURE_BYTES - 1);
+        BOUND_FOR_VERIFIER(take, CAPTURE_BYTES);
+        bpf_probe_read_user(&data[offset], take, (void *)iov.base);
+        captured += take;
+        consumed += part;
+    }
+    if (consumed < total && captured < CAPTURE_BYTES)
+        *flags |= DF_IOV_TRUNCATED;
+    return captured;
+}
+
+/* The payload of io into data; returns the bytes captured. For IO_MSG,
+ * also returns the msghdr's name pointer (a UDP peer address) in *name. */
+static __always_inline __u64 copy_payload(__u8 *data, struct sock_io *io, __u64 *name)
+{
+    __u64 captured = 0;
+    if (io->kind == IO_BUF) {
+        captured = io->total < CAPTURE_BYTES ? io->total : CAPTURE_BYTES;
+        BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
+        bpf_probe_read_user(data, captured, (void *)io->buf);
+    } else if (io->kind == IO_IOV) {
+        captured = gather_iov(data, io->buf, io->iovcnt, io->total, &io->flags);
+    } else if (io->kind == IO_MSG) {
+        struct msghdr_user msg = {};
+        if (bpf_probe_read_user(&msg, sizeof(msg), (void *)io->buf) == 0) {
+            captured = gather_iov(data, msg.iov, (__u32)msg.iovlen, io->total, &io->flags);
+            if (name)
+                *name = msg.name;
+        }
+    } else if (io->kind == IO_SENDFILE) {
+        io->flags |= DF_SENDFILE;
+    } else {
+        io->flags |= DF_MMSG_UNKNOWN;
+    }
+    return captured;
+}
+
+static __always_inline void fill_hdr(struct event_hdr *hdr, __u64 id, struct sock_io *io, __u64 conn_id, __u8 type)
+{
+    hdr->ts_ns = io->ts;
+    hdr->conn_id = conn_id;
+    hdr->tgid = id >> 32;
+    hdr->tid = (__u32)id;
+    hdr->fd = io->fd;
+    hdr->type = type;
+    hdr->direction = io->direction;
+    hdr->source = SOURCE_SOCKET;
+    hdr->total_len = io->total;
+    hdr->task_id = current_task_id((__u32)id);
+}
+
+static __always_inline int emit_stream(__u64 id, struct sock_io *io)
+{
+    if (io->family != MY_AF_UNIX)
+        io->peer_sk = 0; /* a TCP receiver woken on loopback is not a pairing */
+    __u64 conn_id = connection_for(id, io);
+    if (!conn_id)
+        return 0;
+    int zero = 0;
+    struct data_record *rec = scratch.lookup(&zero);
+    if (!rec)
+        return 0;
+    __u64 captured = copy_payload(rec->data, io, 0);
+    fill_hdr(&rec->hdr, id, io, conn_id, EV_DATA);
+    rec->hdr.flags = io->flags;
+    rec->hdr.captured_len = captured;
+    BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
+    submit_stat(rec, sizeof(struct event_hdr) + captured);
+    return 0;
+}
+
+/* Read a user sockaddr_in/in6 into info (family 0 when unreadable). */
+static __always_inline void read_peer(struct datagram_info *info, __u64 addr)
+{
+    if (!addr)
+        return;
+    struct {
+        __u16 family;
+        __u16 port; /* network order */
+        __u32 v4_or_flowinfo;
+        __u8 v6[16];
+    } sa = {};
+    if (bpf_probe_read_user(&sa, sizeof(sa), (void *)addr) != 0)
+        return;
+    if (sa.family == MY_AF_INET) {
+        info->family = MY_AF_INET;
+        __builtin_memcpy(info->peer_addr, &sa.v4_or_flowinfo, 4);
+    } else if (sa.family == MY_AF_INET6) {
+        info->family = MY_AF_INET6;
+        __builtin_memcpy(info->peer_addr, sa.v6, 16);
+    } else {
+        return;
+    }
+    info->peer_port = (__u16)((sa.port >> 8) | (sa.port << 8));
+}
+
+static __always_inline int emit_datagram(__u64 id, struct sock_io *io)
+{
+    __u64 conn_id = connection_for(id, io);
+    if (!conn_id)
+        return 0;
+    int zero = 0;
+    struct datagram_record *rec = dgram_scratch.lookup(&zero);
+    if (!rec)
+        return 0;
+    __u64 name = io->addr;
+    __u64 captured = copy_payload(rec->data, io, &name);
+    fill_hdr(&rec->hdr, id, io, conn_id, EV_DATAGRAM);
+    rec->hdr.flags = io->flags;
+    rec->hdr.captured_len = captured;
+    __builtin_memset(&rec->info, 0, sizeof(rec->info));
+    rec->info.protocol = io->protocol;
+    read_peer(&rec->info, name);
+    BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
+    submit_stat(rec, sizeof(struct event_hdr) + sizeof(struct datagram_info) + captured);
+    return 0;
+}
+
+/* ---- the socket tracepoints ---- */
+
+static __always_inline __u8 socket_class(__u16 family, __u16 protocol)
+{
+    if (family == MY_AF_INET || family == MY_AF_INET6) {
+        if (protocol == MY_IPPROTO_TCP)
+            return SK_STREAM;
+        if (protocol == MY_IPPROTO_UDP && CAPTURE_UDP)
+            return SK_DGRAM;
+        return 0;
+    }
+    if (family == MY_AF_UNIX && CAPTURE_UNIX)
+        return SK_STREAM;
+    return 0;
+}
+
+/* recvmmsg/sendmmsg: the msghdr of the entry this datagram is, from the
+ * per-thread counter set at the syscall's enter. 0 when it cannot be
+ * proven (no enter seen, another array, past vlen): counted, not captured. */
+static __always_inline __u64 mmsg_entry(__u32 tid, long nr, __u64 vec)
+{
+    struct mmsg_state *st = mmsg_states.lookup(&tid);
+    if (!st || st->nr != (__u32)nr || st->vec != vec || st->next >= st->vlen)
+        return 0;
+    __u64 entry = vec + (__u64)st->next * MMSGHDR_SIZE;
+    st->next += 1;
+    return entry;
+}
+
+static __always_inline int on_sock_length(__u64 sk, __u16 family, __u16 protocol, int ret, int rflags, __u8 direction)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    if (ret <= 0)
+        return 0;
+    if (direction == DIR_INGRESS && (rflags & MY_MSG_PEEK)) /* will be read again */
+        return 0;
+    __u8 cls = socket_class(family, protocol);
+    if (!cls)
+        return 0;
+    void *regs = current_user_regs();
+    long nr = current_syscall_nr(regs);
+
+    struct sock_io io = {};
+    io.ts = bpf_ktime_get_ns();
+    io.sk = sk;
+    io.family = family;
+    io.protocol = (__u8)protocol;
+    io.direction = direction;
+    io.total = (__u32)ret;
+    io.fd = (int)syscall_arg(regs, 0);
+    __u64 vec = 0;
+    int deferred = 0; /* UDP receive with a sender address: at the exit */
+    if (direction == DIR_INGRESS) {
+        switch (nr) {
+        case __NR_read:
+        case __NR_recvfrom:
+            io.kind = IO_BUF;
+            io.buf = syscall_arg(regs, 1);
+            if (nr == __NR_recvfrom && cls == SK_DGRAM) {
+                io.addr = syscall_arg(regs, 4);
+                deferred = io.addr != 0;
+            }
+            break;
+        case __NR_readv:
+            io.kind = IO_IOV;
+            io.buf = syscall_arg(regs, 1);
+            io.iovcnt = (__u32)syscall_arg(regs, 2);
+            break;
+        case __NR_recvmsg:
+            io.kind = IO_MSG;
+            io.buf = syscall_arg(regs, 1);
+            deferred = cls == SK_DGRAM;
+            break;
+        case __NR_recvmmsg:
+            vec = syscall_arg(regs, 1);
+            io.buf = mmsg_entry((__u32)id, nr, vec);
+            io.kind = io.buf ? IO_MSG : IO_UNKNOWN;
+            if (!io.buf)
+                count_stat(STAT_MMSG_UNKNOWN);
+            deferred = cls == SK_DGRAM && io.buf;
+            break;
+        default:
+            return 0;
+        }
+    } else {
+        switch (nr) {
+        case __NR_write:
+        case __NR_sendto:
+            io.kind = IO_BUF;
+            io.buf = syscall_arg(regs, 1);
+            if (nr == __NR_sendto)
+                io.addr = syscall_arg(regs, 4);
+            break;
+        case __NR_writev:
+            io.kind = IO_IOV;
+            io.buf = syscall_arg(regs, 1);
+            io.iovcnt = (__u32)syscall_arg(regs, 2);
+            break;
+        case __NR_sendmsg:
+            io.kind = IO_MSG;
+            io.buf = syscall_arg(regs, 1);
+            break;
+        case __NR_sendmmsg:
+            vec = syscall_arg(regs, 1);
+            io.buf = mmsg_entry((__u32)id, nr, vec);
+            io.kind = io.buf ? IO_MSG : IO_UNKNOWN;
+            if (!io.buf)
+                count_stat(STAT_MMSG_UNKNOWN);
+            break;
+        case __NR_sendfile:
+            io.kind = IO_SENDFILE;
+            break;
+        case __NR_splice:
+            io.kind = IO_SENDFILE;
+            io.fd = (int)syscall_arg(regs, 2); /* fd_out */
+            break;
+        default:
+            return 0;
+        }
+#if HAVE_SK_DATA_READY && CAPTURE_UNIX
+        /* Unix pairing: the socket this send woke (sk_data_ready). */
+        __u32 tid = (__u32)id;
+        __u64 *woken = woken_sk.lookup(&tid);
+        if (woken) {
+            if (*woken != sk && cls == SK_STREAM)
+                io.peer_sk = *woken;
+            woken_sk.delete(&tid);
+        }
+#endif
+    }
+    if (cls == SK_STREAM)
+        return emit_stream(id, &io);
+    if (deferred) {
+        /* The sender's address reaches user memory after sock_recvmsg
+         * returns: keep this datagram for the syscall's exit. recvmmsg fires
+         * once per entry, and entry k's address is in place when entry k+1
+         * fires: the previous entry is emitted now, the last at the exit. */
+        __u32 tid = (__u32)id;
+        struct udp_pending *prev = udp_rx.lookup(&tid);
+        int have_prev = prev && prev->nr == (__u32)nr && nr == __NR_recvmmsg;
+        struct sock_io out = {};
+        if (have_prev)
+            out = prev->io;
+        struct udp_pending pending = {};
+        pending.io = io;
+        pending.nr = (__u32)nr;
+        if (udp_rx.update(&tid, &pending) != 0)
+            count_stat(STAT_IO_MAP_FULL);
+        if (!have_prev)
+            return 0;
+        io = out;
+    }
+    return emit_datagram(id, &io);
+}
+
+TRACEPOINT_PROBE(sock, sock_recv_length)
+{
+    return on_sock_length((__u64)args->sk, args->family, args->protocol, args->ret, args->flags, DIR_INGRESS);
+}
+
+TRACEPOINT_PROBE(sock, sock_send_length)
+{
+    return on_sock_length((__u64)args->sk, args->family, args->protocol, args->ret, args->flags, DIR_EGRESS);
+}
+
+#if HAVE_SK_DATA_READY && CAPTURE_UNIX
+/* A Unix-socket write wakes the receiving socket inside the writer's
+ * syscall, before sock_send_length fires: that names the other end of the
+ * connection, which user space uses to pair a client with its server. A raw
+ * tracepoint (it fires for every segment any socket on the host receives,
+ * so it must be cheap): filter the traced process, keep the pointer for the
+ * send that follows (which deletes it). A TCP loopback send leaves one too,
+ * which its own send tracepoint then discards. */
+RAW_TRACEPOINT_PROBE(sk_data_ready)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    __u32 tid = (__u32)id;
+    __u64 sk = (__u64)ctx->args[0];
+    woken_sk.update(&tid, &sk);
+    return 0;
+}
+#endif
+
+/* ---- per-syscall tracepoints (each runs for its syscall only) ---- */
+
+TRACEPOINT_PROBE(syscalls, sys_enter_close)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tgid = id >> 32;
+    if (!is_traced(tgid))
+        return 0;
+    struct conn_key key = {.tgid = tgid, .fd = (int)args->fd};
+    struct conn_val *known = conns.lookup(&key);
+    if (!known)
+        return 0;
+    if (known->conn_id)
+        emit_close(tgid, (__u32)id, key.fd, known->conn_id);
+    conns.delete(&key);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_connect)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    remember_role(id >> 32, (int)args->fd, ROLE_CONNECTED);
+    return 0;
+}
+
+static __always_inline int on_accept_exit(long ret)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    if (ret >= 0)
+        remember_role(id >> 32, (int)ret, ROLE_ACCEPTED);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_accept4)
+{
+    return on_accept_exit(args->ret);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_accept)
+{
+    return on_accept_exit(args->ret);
+}
+
+static __always_inline int on_mmsg_enter(__u64 vec, __u32 vlen, long nr)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    __u32 tid = (__u32)id;
+    struct mmsg_state st = {.vec = vec, .vlen = vlen, .next = 0, .nr = (__u32)nr};
+    mmsg_states.update(&tid, &st);
+    return 0;
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_sendmmsg)
+{
+    return on_mmsg_enter((__u64)args->mmsg, (__u32)args->vlen, __NR_sendmmsg);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_enter_recvmmsg)
+{
+    return on_mmsg_enter((__u64)args->mmsg, (__u32)args->vlen, __NR_recvmmsg);
+}
+
+#if CAPTURE_UDP
+/* UDP receives with a sender address: the address is in user memory now.
+ * Emits the datagram the sock_recv_length handler kept (the last one for
+ * recvmmsg). */
+static __always_inline int on_udp_recv_exit(long ret, long nr)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    __u32 tid = (__u32)id;
+    struct udp_pending *found = udp_rx.lookup(&tid);
+    if (!found)
+        return 0;
+    struct udp_pending pending = *found;
+    udp_rx.delete(&tid);
+    if (pending.nr != (__u32)nr || ret <= 0) /* ret: bytes, or datagrams for recvmmsg */
+        return 0;
+    if (nr == __NR_recvmmsg)
+        mmsg_states.delete(&tid);
+    return emit_datagram(id, &pending.io);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_recvfrom)
+{
+    return on_udp_recv_exit(args->ret, __NR_recvfrom);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmsg)
+{
+    return on_udp_recv_exit(args->ret, __NR_recvmsg);
+}
+
+TRACEPOINT_PROBE(syscalls, sys_exit_recvmmsg)
+{
+    return on_udp_recv_exit(args->ret, __NR_recvmmsg);
+}
+#endif
