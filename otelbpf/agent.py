@@ -57,6 +57,7 @@ class Agent:
         counters: Counters,
         stats_interval_s: float | None = None,
         flush_timeout_s: float = 5.0,
+        budget=None,
     ) -> None:
         self.source = source
         self.pipeline = pipeline
@@ -64,6 +65,8 @@ class Agent:
         self.counters = counters
         self.stats_interval_s = stats_interval_s
         self.flush_timeout_s = flush_timeout_s
+        #: otelbpf.budget.CpuBudget, or None for no CPU limit.
+        self.budget = budget
         #: Set by a signal handler or another thread. A plain attribute, not a
         #: threading.Event: Event.set() from a signal handler deadlocks when the
         #: main thread is inside Event.wait() holding the same lock.
@@ -93,6 +96,8 @@ class Agent:
         while not self._stop_requested:
             tick = time.monotonic()
             self._drain_once()
+            if self.budget is not None:
+                self.budget.tick()
             now = time.monotonic()
             if now >= next_kernel_sync:
                 self._sync_kernel_counters()
@@ -127,4 +132,6 @@ class Agent:
     def stats(self) -> dict[str, int]:
         out = self.counters.as_dict()
         out["otelbpf.connections.open"] = len(self.pipeline.table)
+        if self.budget is not None:
+            out["otelbpf.budget.shed_permille"] = self.pipeline.table.shed_permille
         return out

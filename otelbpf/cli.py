@@ -80,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not probe CPython asyncio task steps (used to link calls made by asyncio servers)",
     )
+    run.add_argument(
+        "--max-cpu",
+        type=_positive_float,
+        metavar="CORES",
+        help="CPU budget of the agent in cores (e.g. 0.5): over it, trace fewer connections (counted), never slow the app",
+    )
     run.add_argument("--stats-interval", type=_positive_float, metavar="SECONDS", help="log the self-metrics this often")
     _add_output_options(run)
 
@@ -215,6 +221,7 @@ def build_consumer(args, resources, counters, default_to_console: bool = True):
 
 def cmd_run(args) -> int:
     from otelbpf.agent import Agent, live_pipeline
+    from otelbpf.budget import CpuBudget
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
@@ -247,9 +254,12 @@ def cmd_run(args) -> int:
     source = EbpfSource(config)
     options = SpanOptions(include_query=args.include_query_strings)
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
+    budget = CpuBudget(args.max_cpu, pipeline.table) if args.max_cpu else None
     if metrics is not None:
         metrics.add_gauge("otelbpf.connections.open", lambda: len(pipeline.table))
-    agent = Agent(source, pipeline, consumer, counters, stats_interval_s=args.stats_interval)
+        if budget is not None:
+            metrics.add_gauge("otelbpf.budget.shed_ratio", lambda: budget.shed_ratio)
+    agent = Agent(source, pipeline, consumer, counters, stats_interval_s=args.stats_interval, budget=budget)
     agent.install_signal_handlers()
     started = time.monotonic()
     try:

@@ -60,6 +60,7 @@ class Connection:
         "key",
         "exchanges",
         "end_outcome",
+        "shed",
         "_probe_events",
         "_parse_errors_seen",
     )
@@ -93,6 +94,8 @@ class Connection:
         self.exchanges: dict[int, object] = {}
         #: Why the connection is ending (set just before its session closes).
         self.end_outcome = Outcome.CONNECTION_CLOSED
+        #: Muted to keep the agent within its CPU budget (see ConnectionTable.shed_permille).
+        self.shed = False
         self._probe_events: list[DataEvent | DatagramEvent] = []
         self._parse_errors_seen = 0
 
@@ -162,6 +165,10 @@ class ConnectionTable:
         #: Told when a live connection is given up on (the eBPF source then
         #: stops copying its payloads in the kernel, for that source only).
         self.on_unrecognized = on_unrecognized
+        #: Share of connections (per mille, chosen by a hash of conn_id) muted to
+        #: keep the agent within its CPU budget: new ones at once, open ones
+        #: as soon as no exchange is open on them (never mid-exchange).
+        self.shed_permille = 0
         self._conns: OrderedDict[int | tuple, Connection] = OrderedDict()
         #: conn_id -> keys of its entries (sources, datagram flows), to close them all.
         self._by_conn_id: dict[int, set[int | tuple]] = {}
@@ -200,6 +207,24 @@ class ConnectionTable:
         self._by_conn_id.setdefault(conn.conn_id, set()).add(conn.key)
         self._by_pid.setdefault(conn.pid, set()).add(conn.conn_id)
         self.counters.add("otelbpf.connections.opened")
+        if self.shed_permille and self.sheddable(conn):
+            self.shed(conn)
+
+    def sheddable(self, conn: Connection) -> bool:
+        """Is ``conn`` among the connections shed at the current rate? (Stable per connection.)"""
+        return (conn.conn_id * 2654435761) % 1000 < self.shed_permille and not conn.shed
+
+    def shed(self, conn: Connection) -> None:
+        """Stop tracing ``conn`` to save CPU; the caller makes sure no exchange is open on it."""
+        conn.shed = True
+        conn.unrecognized = True  # later bytes are skipped at once
+        conn._probe_events = []
+        if conn.session is not None:
+            conn.session.close(0)  # nothing is open: nothing to report
+            conn.session = None
+        self.counters.add("otelbpf.budget.connections.shed")
+        if self.on_unrecognized is not None and not conn.datagram:
+            self.on_unrecognized(conn)  # mutes it in the kernel, for its source only
 
     def peer(self, conn_id: int, peer_sock_id: int) -> None:
         for key in self._by_conn_id.get(conn_id, ()):

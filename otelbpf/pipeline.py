@@ -220,6 +220,8 @@ class Pipeline:
     def _start(self, conn: Connection, event, exchange: Exchange) -> None:
         """The request's head is parsed: fix the span's identity and parent now."""
         key = id(exchange)
+        if conn.shed:  # shed for the CPU budget while this batch of session events was out
+            return
         if key in self._open:
             self.counters.add("otelbpf.protocol.violations", label=exchange.protocol)
             return
@@ -245,10 +247,15 @@ class Pipeline:
     def _end(self, conn: Connection, event, exchange: Exchange) -> None:
         key = id(exchange)
         start = self._open.pop(key, None)
+        if start is None and conn.shed:
+            return  # its start was skipped: the connection was shed just before
         if start is None:  # ended twice, or never started: the session broke the contract
             self.counters.add("otelbpf.protocol.violations", label=exchange.protocol)
             return
         conn.exchanges.pop(key, None)
+        table = self.table
+        if table.shed_permille and not conn.exchanges and table.sheddable(conn):
+            table.shed(conn)  # over the CPU budget: stop here, between exchanges
         if event is not None:
             ts, task_id = event.ts_ns, event.task_id
         else:

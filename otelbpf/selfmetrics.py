@@ -29,6 +29,7 @@ DESCRIPTIONS: dict[str, str] = {
     "otelbpf.spans.failed": "exchanges whose span semantics raised (a bug, logged once per occurrence)",
     "otelbpf.calls.unhandled": "library calls of a library with no registered call semantics",
     "otelbpf.events.unknown": "events of a type the pipeline has no handler for",
+    "otelbpf.budget.connections.shed": "connections no longer traced to keep the agent within --max-cpu",
     "otelbpf.spans.created": "spans built from exchanges",
     "otelbpf.export.spans": "spans handed to a sink successfully",
     "otelbpf.export.dropped": "spans dropped at export (queue full, or never delivered)",
