@@ -5,7 +5,11 @@ One package per protocol, named by its protocol id (``http1``); the agent
 registers each one in ``otelbpf/registry.py``.
 """
 
-from protocols.base import (
+from protocols import _fresh
+
+_fresh.install()  # before any compiled module of protocols/ or otelbpf/ is imported
+
+from protocols.base import (  # noqa: E402
     Detector,
     Direction,
     Exchange,
