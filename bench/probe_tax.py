@@ -38,13 +38,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import nginx_wrk as nw  # noqa: E402
 
 DATA_SYSCALLS = ("read", "write", "recvfrom", "sendto", "readv", "writev", "recvmsg", "sendmsg", "sendfile64")
+UDP_SYSCALL_TRACEPOINTS = [
+    "syscalls:sys_enter_sendmmsg", "syscalls:sys_enter_recvmmsg",
+    "syscalls:sys_exit_recvfrom", "syscalls:sys_exit_recvmsg", "syscalls:sys_exit_recvmmsg",
+]
 GROUPS = {
-    "all (as the agent)": None,  # every tracepoint capture.c has
-    "per-syscall tracepoints (9)": [
-        "syscalls:sys_enter_close", "syscalls:sys_enter_connect", "syscalls:sys_exit_accept",
-        "syscalls:sys_exit_accept4", "syscalls:sys_enter_sendmmsg", "syscalls:sys_enter_recvmmsg",
-        "syscalls:sys_exit_recvfrom", "syscalls:sys_exit_recvmsg", "syscalls:sys_exit_recvmmsg",
-    ],
+    "all (as the agent, default)": "default",  # every tracepoint but the --udp ones
+    "all with --udp": None,  # every tracepoint capture.c has
+    "per-syscall tracepoints (--udp, 5)": UDP_SYSCALL_TRACEPOINTS,
     "sock:sock_*_length (2)": ["sock:sock_recv_length", "sock:sock_send_length"],
     "lifecycle (5)": [
         "sched:sched_process_fork", "sched:sched_process_exec", "sched:sched_process_exit",
@@ -64,7 +65,7 @@ class Probes:
     def __init__(self, dummy_pid: int) -> None:
         from otelbpf.sources.ebpf import CaptureConfig, EbpfSource
 
-        self.source = EbpfSource(CaptureConfig(pids=[dummy_pid]))
+        self.source = EbpfSource(CaptureConfig(pids=[dummy_pid], capture_udp=True))
         self.source.start()
         self.bpf = self.source._bpf  # noqa: SLF001 - a diagnostic, not product code
         self.all = {tp: self._fn_name(tp) for tp in list(self.bpf.tracepoint_fds)}
@@ -83,7 +84,10 @@ class Probes:
             self.bpf.detach_raw_tracepoint(tp)
 
     def attach(self, group: list[str] | None) -> int:
-        tps = list(self.all) if group is None else [g.encode() for g in group]
+        if group == "default":
+            tps = [tp for tp in self.all if not tp.startswith(b"syscalls:")]
+        else:
+            tps = list(self.all) if group is None else [g.encode() for g in group]
         for tp in tps:
             if tp.startswith(b"raw:"):
                 self.bpf.attach_raw_tracepoint(tp=tp[4:], fn_name=self.all[tp])
@@ -97,7 +101,7 @@ class Probes:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--rounds", type=int, default=8, help="alternations (default 8: windows vary by +-15% on a shared VM)")
+    p.add_argument("--rounds", type=int, default=8, help="alternations (default 8: windows vary by +-15%% on a shared VM)")
     p.add_argument("--duration", type=int, default=3, help="seconds per window (default 3)")
     p.add_argument("--configs", help="comma-separated subset of: " + ", ".join(["none", *GROUPS, "empty-syscalls (18)", "empty-raw (2)", "otelbpf run"]) + " (prefixes work)")
     p.add_argument("--output", type=Path, help="also write the results as JSON here")

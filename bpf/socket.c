@@ -10,11 +10,21 @@
  * sendfile/splice into a socket (counted with DF_SENDFILE, not captured).
  * Other callers (io_uring, kernel sockets) are ignored.
  *
- * What still needs a syscall tracepoint uses the per-syscall ones, which
- * run for that syscall only: close (connection end), connect and
- * accept/accept4 (role hints), sendmmsg/recvmmsg enter (which entry each
- * datagram is), recvfrom/recvmsg/recvmmsg exit (the kernel copies a UDP
- * sender's address to user memory only after sock_recvmsg returns).
+ * No syscall tracepoint is used for streams: enabling any syscalls:*
+ * tracepoint puts every syscall of every task on the host on the kernel's
+ * slow tracing path (bench/probe_tax.py measured ~0.9x on nginx with nothing
+ * traced). Instead:
+ *   - roles: the TCP state change into ESTABLISHED says whether the socket
+ *     came from SYN_SENT (connect) or SYN_RECV (accept);
+ *   - the end of a TCP connection: its state reaching TCP_CLOSE (the socket
+ *     is done: both FINs, a reset, or the FIN_WAIT2 timeout), mapped back to
+ *     (process, fd) through sk_owner; an fd reused for another socket and a
+ *     process exit end connections too;
+ *   - the end of a Unix stream connection: a read returning 0 (EOF).
+ * UDP needs per-syscall tracepoints (sendmmsg/recvmmsg enter: which entry a
+ * datagram is; recvfrom/recvmsg/recvmmsg exit: the kernel copies a sender's
+ * address to user memory only after sock_recvmsg returns), so UDP capture
+ * (CAPTURE_UDP, `otelbpf run --udp`) is opt-in and says what it costs.
  *
  * Stream sockets (TCP, Unix) -> EV_DATA; UDP -> EV_DATAGRAM with the peer.
  * Connection tuple: sock:inet_sock_set_state at ESTABLISHED (TCP), keyed by
@@ -28,6 +38,8 @@
 #define MY_IPPROTO_UDP 17
 #define MY_MSG_PEEK 2
 #define TCP_ESTABLISHED 1
+#define TCP_SYN_SENT 2
+#define TCP_SYN_RECV 3
 #define TCP_CLOSE 7
 #define MMSGHDR_SIZE 64 /* struct mmsghdr on 64-bit: msghdr (56) + msg_len + pad */
 
@@ -53,15 +65,22 @@ struct conn_val {
     __u64 peer_sk;
     __u8 role;
     __u8 muted; /* bit (1 << source) set by user space: stop copying that source */
+    /* When its TCP socket reached TCP_CLOSE (close sent then), 0 while open.
+     * A send or receive already under way when the socket closed (a write
+     * whose own segment drew the peer's RST) still lands here, stamped just
+     * before the close so user space sees it first. */
+    __u64 closed_ts;
 };
 
 struct tuple {
     __u16 family;
     __u16 local_port;
     __u16 peer_port;
-    __u8 pad[2];
+    __u8 role; /* enum role_hint, from the state ESTABLISHED was reached from */
+    __u8 pad;
     __u8 local_addr[16];
     __u8 peer_addr[16];
+    __u64 established_ts; /* tells a recycled sock (freed, reused) from a closed one */
 };
 
 /* Which syscall moved the bytes, and where its buffers are. */
@@ -126,15 +145,44 @@ struct msghdr_user {
 
 BPF_TABLE("lru_hash", struct conn_key, struct conn_val, conns, 65536);
 BPF_TABLE("lru_hash", __u64, struct tuple, sk_tuples, 65536);
+/* TCP sock -> the (process, fd) whose connection it carries: ends it at TCP_CLOSE. */
+BPF_TABLE("lru_hash", __u64, struct conn_key, sk_owner, 65536);
 BPF_ARRAY(conn_seq, __u64, 1);
 BPF_PERCPU_ARRAY(scratch, struct data_record, 1);
 BPF_PERCPU_ARRAY(dgram_scratch, struct datagram_record, 1);
 BPF_TABLE("lru_hash", __u32, struct mmsg_state, mmsg_states, 16384);
 BPF_HASH(udp_rx, __u32, struct udp_pending, 16384);
-/* Unix pairing: the last socket woken inside a traced thread's send. */
-BPF_TABLE("lru_hash", __u32, __u64, woken_sk, 16384);
+/* The socket a traced thread's send woke (sk_data_ready), and when.
+ * Unix pairing: it names the other end. Timing: on loopback the receiver
+ * can be woken, read and return before sock_send_length fires at the end of
+ * the send, so a send is stamped with this first wake-up instead. */
+struct woken {
+    __u64 sk;
+    __u64 ts;
+};
+BPF_TABLE("lru_hash", __u32, struct woken, woken_sk, 16384);
 
-/* ---- connection tuples, from the TCP state machine ---- */
+static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn_id, __u64 ts);
+
+/* The TCP socket sk is done: end the connection it carried, if still ours.
+ * The entry stays (marked closed) until the fd is reused or evicted. */
+static __always_inline void end_connection_of(__u64 sk)
+{
+    struct conn_key *owner = sk_owner.lookup(&sk);
+    if (!owner)
+        return;
+    struct conn_key key = *owner;
+    sk_owner.delete(&sk);
+    struct conn_val *known = conns.lookup(&key);
+    if (!known || known->sk != sk || known->closed_ts)
+        return; /* the fd moved on to another socket (its close was sent then) */
+    __u64 now = bpf_ktime_get_ns();
+    known->closed_ts = now;
+    if (known->conn_id)
+        emit_close(key.tgid, 0, key.fd, known->conn_id, now);
+}
+
+/* ---- connection tuples and roles, from the TCP state machine ---- */
 
 TRACEPOINT_PROBE(sock, inet_sock_set_state)
 {
@@ -143,6 +191,7 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state)
     __u64 sk = (__u64)args->skaddr;
     if (args->newstate == TCP_CLOSE) {
         sk_tuples.delete(&sk);
+        end_connection_of(sk);
         return 0;
     }
     /* ESTABLISHED carries the whole tuple on both sides (SYN_SENT has no
@@ -151,6 +200,11 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state)
     if (args->newstate != TCP_ESTABLISHED)
         return 0;
     struct tuple t = {};
+    t.established_ts = bpf_ktime_get_ns();
+    if (args->oldstate == TCP_SYN_SENT)
+        t.role = ROLE_CONNECTED;
+    else if (args->oldstate == TCP_SYN_RECV)
+        t.role = ROLE_ACCEPTED;
     t.family = args->family;
     t.local_port = args->sport;
     t.peer_port = args->dport;
@@ -167,14 +221,7 @@ TRACEPOINT_PROBE(sock, inet_sock_set_state)
 
 /* ---- connection identity ---- */
 
-static __always_inline void remember_role(__u32 tgid, int fd, __u8 role)
-{
-    struct conn_key key = {.tgid = tgid, .fd = fd};
-    struct conn_val val = {.role = role};
-    conns.update(&key, &val);
-}
-
-static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn_id)
+static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn_id, __u64 ts)
 {
     struct event_hdr *rec = events.ringbuf_reserve(sizeof(struct event_hdr));
     if (!rec) {
@@ -182,7 +229,7 @@ static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn
         return;
     }
     __builtin_memset(rec, 0, sizeof(*rec));
-    rec->ts_ns = bpf_ktime_get_ns();
+    rec->ts_ns = ts;
     rec->conn_id = conn_id;
     rec->tgid = tgid;
     rec->tid = tid;
@@ -212,6 +259,8 @@ static __always_inline void emit_conn_info(__u64 id, struct sock_io *io, __u64 c
     __u64 sk = io->sk;
     struct tuple *t = sk_tuples.lookup(&sk);
     if (t) {
+        if (role == ROLE_UNKNOWN)
+            rec->info.role = t->role;
         rec->info.family = t->family;
         rec->info.local_port = t->local_port;
         rec->info.peer_port = t->peer_port;
@@ -234,6 +283,17 @@ static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
     struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
     struct conn_val *known = conns.lookup(&key);
     __u8 role = ROLE_UNKNOWN;
+    if (known && known->conn_id && known->sk == io->sk && known->closed_ts) {
+        /* Its socket closed. The same sock again is either a syscall that was
+         * under way when it closed (stamped just before the close), or a new
+         * connection on a sock the kernel freed and reused for this fd. */
+        __u64 sk = io->sk;
+        struct tuple *t = sk_tuples.lookup(&sk);
+        if (t && t->established_ts > known->closed_ts)
+            known = 0; /* recycled: a new connection (the old one's close was sent) */
+        else if (io->ts >= known->closed_ts)
+            io->ts = known->closed_ts - 1;
+    }
     if (known) {
         if (known->conn_id && known->sk == io->sk) {
             if (io->peer_sk && !known->peer_sk) {
@@ -242,8 +302,8 @@ static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
             }
             return (known->muted & (1 << SOURCE_SOCKET)) ? 0 : known->conn_id;
         }
-        if (known->conn_id) /* fd reused without a close we saw (dup2) */
-            emit_close(key.tgid, (__u32)id, io->fd, known->conn_id);
+        if (known->conn_id && !known->closed_ts) /* fd reused for another socket: the old one is over */
+            emit_close(key.tgid, (__u32)id, io->fd, known->conn_id, bpf_ktime_get_ns());
         else
             role = known->role;
     }
@@ -257,6 +317,8 @@ static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
     fresh.peer_sk = io->peer_sk;
     fresh.role = role;
     conns.update(&key, &fresh);
+    if (io->protocol == MY_IPPROTO_TCP)
+        sk_owner.update(&io->sk, &key);
     emit_conn_info(id, io, fresh.conn_id, role, EV_CONN_OPEN);
     return fresh.conn_id;
 }
@@ -429,11 +491,31 @@ static __always_inline __u64 mmsg_entry(__u32 tid, long nr, __u64 vec)
     return entry;
 }
 
+/* A read on a Unix stream socket returned 0: the peer closed it, and no TCP
+ * state machine will say so. End the connection. */
+static __always_inline int on_unix_eof(__u64 id)
+{
+    void *regs = current_user_regs();
+    long nr = current_syscall_nr(regs);
+    if (nr != __NR_read && nr != __NR_recvfrom && nr != __NR_readv && nr != __NR_recvmsg)
+        return 0;
+    struct conn_key key = {.tgid = id >> 32, .fd = (int)syscall_arg(regs, 0)};
+    struct conn_val *known = conns.lookup(&key);
+    if (!known)
+        return 0;
+    if (known->conn_id)
+        emit_close(key.tgid, (__u32)id, key.fd, known->conn_id, bpf_ktime_get_ns());
+    conns.delete(&key);
+    return 0;
+}
+
 static __always_inline int on_sock_length(__u64 sk, __u16 family, __u16 protocol, int ret, int rflags, __u8 direction)
 {
     __u64 id = bpf_get_current_pid_tgid();
     if (!is_traced(id >> 32))
         return 0;
+    if (ret == 0 && direction == DIR_INGRESS && family == MY_AF_UNIX && !(rflags & MY_MSG_PEEK))
+        return on_unix_eof(id);
     if (ret <= 0)
         return 0;
     if (direction == DIR_INGRESS && (rflags & MY_MSG_PEEK)) /* will be read again */
@@ -455,6 +537,10 @@ static __always_inline int on_sock_length(__u64 sk, __u16 family, __u16 protocol
     __u64 vec = 0;
     int deferred = 0; /* UDP receive with a sender address: at the exit */
     if (direction == DIR_INGRESS) {
+#if HAVE_SK_DATA_READY
+        __u32 reader = (__u32)id;
+        woken_sk.delete(&reader); /* a wake-up seen while receiving is not a send's */
+#endif
         switch (nr) {
         case __NR_read:
         case __NR_recvfrom:
@@ -521,13 +607,16 @@ static __always_inline int on_sock_length(__u64 sk, __u16 family, __u16 protocol
         default:
             return 0;
         }
-#if HAVE_SK_DATA_READY && CAPTURE_UNIX
-        /* Unix pairing: the socket this send woke (sk_data_ready). */
+#if HAVE_SK_DATA_READY
+        /* The socket this send woke (sk_data_ready), and when. */
         __u32 tid = (__u32)id;
-        __u64 *woken = woken_sk.lookup(&tid);
-        if (woken) {
-            if (*woken != sk && cls == SK_STREAM)
-                io.peer_sk = *woken;
+        struct woken *woke = woken_sk.lookup(&tid);
+        if (woke) {
+            /* within this send: a wake-up older than 1 ms was an interrupt's, not ours */
+            if (woke->sk != sk && cls == SK_STREAM && io.ts - woke->ts < 1000000) {
+                io.peer_sk = woke->sk;
+                io.ts = woke->ts;
+            }
             woken_sk.delete(&tid);
         }
 #endif
@@ -567,73 +656,30 @@ TRACEPOINT_PROBE(sock, sock_send_length)
     return on_sock_length((__u64)args->sk, args->family, args->protocol, args->ret, args->flags, DIR_EGRESS);
 }
 
-#if HAVE_SK_DATA_READY && CAPTURE_UNIX
-/* A Unix-socket write wakes the receiving socket inside the writer's
- * syscall, before sock_send_length fires: that names the other end of the
- * connection, which user space uses to pair a client with its server. A raw
- * tracepoint (it fires for every segment any socket on the host receives,
- * so it must be cheap): filter the traced process, keep the pointer for the
- * send that follows (which deletes it). A TCP loopback send leaves one too,
- * which its own send tracepoint then discards. */
+#if HAVE_SK_DATA_READY
+/* A local write wakes the receiving socket inside the writer's syscall,
+ * before sock_send_length fires. For a Unix socket that names the other end
+ * of the connection, which user space uses to pair a client with its
+ * server; for any local socket it is the moment the receiver could start
+ * reading, which stamps the send (see woken_sk). A raw tracepoint (it fires
+ * for every segment any socket on the host receives, so it must be cheap):
+ * filter the traced process, keep the last wake-up for the send that
+ * follows (which deletes it; a receive deletes a stale one). */
 RAW_TRACEPOINT_PROBE(sk_data_ready)
 {
     __u64 id = bpf_get_current_pid_tgid();
     if (!is_traced(id >> 32))
         return 0;
     __u32 tid = (__u32)id;
-    __u64 sk = (__u64)ctx->args[0];
-    woken_sk.update(&tid, &sk);
+    struct woken woke = {.sk = (__u64)ctx->args[0], .ts = bpf_ktime_get_ns()};
+    woken_sk.update(&tid, &woke); /* the last one wins: a connect() woke the listener before */
     return 0;
 }
 #endif
 
-/* ---- per-syscall tracepoints (each runs for its syscall only) ---- */
+/* ---- UDP: per-syscall tracepoints, attached only with CAPTURE_UDP ---- */
 
-TRACEPOINT_PROBE(syscalls, sys_enter_close)
-{
-    __u64 id = bpf_get_current_pid_tgid();
-    __u32 tgid = id >> 32;
-    if (!is_traced(tgid))
-        return 0;
-    struct conn_key key = {.tgid = tgid, .fd = (int)args->fd};
-    struct conn_val *known = conns.lookup(&key);
-    if (!known)
-        return 0;
-    if (known->conn_id)
-        emit_close(tgid, (__u32)id, key.fd, known->conn_id);
-    conns.delete(&key);
-    return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_enter_connect)
-{
-    __u64 id = bpf_get_current_pid_tgid();
-    if (!is_traced(id >> 32))
-        return 0;
-    remember_role(id >> 32, (int)args->fd, ROLE_CONNECTED);
-    return 0;
-}
-
-static __always_inline int on_accept_exit(long ret)
-{
-    __u64 id = bpf_get_current_pid_tgid();
-    if (!is_traced(id >> 32))
-        return 0;
-    if (ret >= 0)
-        remember_role(id >> 32, (int)ret, ROLE_ACCEPTED);
-    return 0;
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_accept4)
-{
-    return on_accept_exit(args->ret);
-}
-
-TRACEPOINT_PROBE(syscalls, sys_exit_accept)
-{
-    return on_accept_exit(args->ret);
-}
-
+#if CAPTURE_UDP
 static __always_inline int on_mmsg_enter(__u64 vec, __u32 vlen, long nr)
 {
     __u64 id = bpf_get_current_pid_tgid();
@@ -655,7 +701,6 @@ TRACEPOINT_PROBE(syscalls, sys_enter_recvmmsg)
     return on_mmsg_enter((__u64)args->mmsg, (__u32)args->vlen, __NR_recvmmsg);
 }
 
-#if CAPTURE_UDP
 /* UDP receives with a sender address: the address is in user memory now.
  * Emits the datagram the sock_recv_length handler kept (the last one for
  * recvmmsg). */

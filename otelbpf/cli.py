@@ -74,6 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--capture-bytes", type=_positive_int, default=4096, metavar="N", help="payload bytes captured per syscall (64..65536, default 4096)")
     run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
     run.add_argument("--max-connections", type=_positive_int, default=16384, help="connection table bound (default 16384)")
+    run.add_argument(
+        "--udp",
+        action="store_true",
+        help="also capture UDP datagrams (DDS/RTPS); needs per-syscall tracepoints, which tax every syscall on the host",
+    )
     run.add_argument("--no-unix-sockets", action="store_true", help="trace TCP only, not Unix domain sockets")
     run.add_argument(
         "--no-python-tasks",
@@ -234,6 +239,7 @@ def cmd_run(args) -> int:
         capture_bytes=args.capture_bytes,
         ring_buffer_mb=args.ring_buffer_mb,
         capture_unix=not args.no_unix_sockets,
+        capture_udp=args.udp,
         python_tasks=not args.no_python_tasks,
     )
     try:

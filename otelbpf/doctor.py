@@ -17,12 +17,8 @@ from pathlib import Path
 TRACEFS = Path("/sys/kernel/tracing")
 OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 
-#: Per-syscall tracepoints bpf/socket.c attaches (each runs for its syscall only).
+#: Per-syscall tracepoints bpf/socket.c attaches for UDP capture (`run --udp`) only.
 SYSCALL_TRACEPOINTS = [
-    "syscalls/sys_enter_close",
-    "syscalls/sys_enter_connect",
-    "syscalls/sys_exit_accept",
-    "syscalls/sys_exit_accept4",
     "syscalls/sys_enter_sendmmsg",
     "syscalls/sys_enter_recvmmsg",
     "syscalls/sys_exit_recvfrom",
@@ -31,8 +27,7 @@ SYSCALL_TRACEPOINTS = [
 ]
 #: Tracepoints the capture program attaches (bpf/capture.c and its families).
 REQUIRED_TRACEPOINTS = (
-    SYSCALL_TRACEPOINTS
-    + ["sock/sock_recv_length", "sock/sock_send_length", "sock/inet_sock_set_state"]
+    ["sock/sock_recv_length", "sock/sock_send_length", "sock/inet_sock_set_state"]
     + ["sched/sched_process_fork", "sched/sched_process_exec", "sched/sched_process_exit"]
 )
 #: The syscall numbers and register layout bpf/capture.c is written for.
@@ -138,35 +133,34 @@ def ensure_tracefs() -> Check:
 
 def check_tracepoints() -> list[Check]:
     missing = [tp for tp in REQUIRED_TRACEPOINTS if not _is_dir(TRACEFS / "events" / tp)]
-    syscall_missing = [tp for tp in missing if tp.startswith("syscalls/")]
-    other_missing = [tp for tp in missing if not tp.startswith("syscalls/")]
     checks = []
-    if syscall_missing:
+    if platform.machine() not in SUPPORTED_MACHINES:
         checks.append(
-            Check(
-                "syscall tracepoints",
-                FAIL,
-                "missing: " + ", ".join(syscall_missing),
-                "the kernel needs CONFIG_FTRACE_SYSCALLS=y",
-            )
+            Check("syscall registers", FAIL, f"{platform.machine()}: syscall numbers not mapped", "run on x86_64 or aarch64")
         )
-    elif platform.machine() not in SUPPORTED_MACHINES:
-        checks.append(
-            Check("syscall tracepoints", FAIL, f"{platform.machine()}: syscall numbers not mapped", "run on x86_64 or aarch64")
-        )
-    else:
-        checks.append(Check("syscall tracepoints", OK, "syscalls:sys_enter_close/connect, sys_exit_accept*/recv* present"))
-    if other_missing:
+    if missing:
         checks.append(
             Check(
                 "sock/sched tracepoints",
                 FAIL,
-                "missing: " + ", ".join(other_missing),
+                "missing: " + ", ".join(missing),
                 "sock_recv_length/sock_send_length need Linux >= 6.3",
             )
         )
     else:
         checks.append(Check("sock/sched tracepoints", OK, "sock_recv_length, sock_send_length, inet_sock_set_state, sched_*"))
+    udp_missing = [tp for tp in SYSCALL_TRACEPOINTS if not _is_dir(TRACEFS / "events" / tp)]
+    if udp_missing:
+        checks.append(
+            Check(
+                "UDP capture (--udp)",
+                WARN,
+                "missing: " + ", ".join(udp_missing),
+                "the kernel needs CONFIG_FTRACE_SYSCALLS=y for --udp; TCP and Unix capture do not need it",
+            )
+        )
+    else:
+        checks.append(Check("UDP capture (--udp)", OK, "syscalls:sys_enter_*mmsg, sys_exit_recv* present"))
     return checks
 
 

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.ebpf
 def source():
     from otelbpf.sources.ebpf import CaptureConfig, EbpfSource
 
-    src = EbpfSource(CaptureConfig(pids=[os.getpid()], capture_bytes=256, python_tasks=False))
+    src = EbpfSource(CaptureConfig(pids=[os.getpid()], capture_bytes=256, python_tasks=False, capture_udp=True))
     src.start()
     yield src
     src.close()

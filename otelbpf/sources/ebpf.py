@@ -87,7 +87,10 @@ class CaptureConfig:
     capture_unix: bool = True
     #: Probe CPython's asyncio task steps in traced Python processes.
     python_tasks: bool = True
-    capture_udp: bool = True
+    #: Capture UDP datagrams (DDS/RTPS). Off by default: it needs per-syscall
+    #: tracepoints (recv* exits, *mmsg enters), and enabling any syscalls:*
+    #: tracepoint puts every syscall on the host on the kernel's slower path.
+    capture_udp: bool = False
     #: How often read() re-scans watched processes' maps for newly loaded libraries (0: never).
     rescan_interval_s: float = 5.0
 
