@@ -53,20 +53,23 @@
 
 #define MODE_LISTED 0 /* trace tgids in traced_tgids */
 #define MODE_ALL 1    /* trace every tgid but the agent's */
+/* Fixed at compile time (-D, otelbpf.sources.ebpf), not read from a map: the
+ * filter runs first in every handler, for every process on the host, so it
+ * is one array load (MODE_LISTED) or one comparison (MODE_ALL). */
+#ifndef TRACE_MODE
+#define TRACE_MODE MODE_LISTED
+#endif
+#ifndef AGENT_TGID
+#define AGENT_TGID 0
+#endif
 
 #define TRACED_BY_PID 1  /* listed by --pid (or a descendant) */
 #define TRACED_BY_COMM 2 /* matched --comm; re-checked at exec */
-
-struct config {
-    __u32 mode;
-    __u32 agent_tgid;
-};
 
 struct comm_key {
     char comm[16];
 };
 
-BPF_ARRAY(config_map, struct config, 1);
 /* Indexed by tgid (0 = not traced, else TRACED_BY_*): an array, so the
  * filter that runs first in every handler is a bounds check and a load, not
  * a hash lookup. Sized to the host's pid_max. */
@@ -93,14 +96,12 @@ static __always_inline void count_stat_n(int index, __u64 n)
 
 static __always_inline int is_traced(__u32 tgid)
 {
-    int zero = 0;
-    struct config *cfg = config_map.lookup(&zero);
-    if (!cfg)
-        return 0;
-    if (cfg->mode == MODE_ALL)
-        return tgid != cfg->agent_tgid && tgid != 0;
+#if TRACE_MODE == MODE_ALL
+    return tgid != AGENT_TGID && tgid != 0;
+#else
     __u8 *reason = traced_tgids.lookup(&tgid);
     return reason && *reason;
+#endif
 }
 
 static __always_inline void set_traced(__u32 tgid, __u8 reason)

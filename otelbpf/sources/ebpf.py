@@ -177,6 +177,8 @@ class EbpfSource:
             f"-DPID_MAX={pid_max()}",
             f"-DHAVE_SK_DATA_READY={int(Path('/sys/kernel/tracing/events/sock/sk_data_ready').is_dir())}",
             f"-DCAPTURE_UDP={int(self.config.capture_udp)}",
+            f"-DTRACE_MODE={MODE_ALL if self.config.trace_all else MODE_LISTED}",
+            f"-DAGENT_TGID={os.getpid()}",
             "-Wno-macro-redefined",
         ]
         try:
@@ -215,11 +217,6 @@ class EbpfSource:
 
     def _configure_filter(self) -> None:
         bpf = self._bpf
-        cfg_table = bpf["config_map"]
-        cfg = cfg_table.Leaf()
-        cfg.mode = MODE_ALL if self.config.trace_all else MODE_LISTED
-        cfg.agent_tgid = os.getpid()
-        cfg_table[ctypes.c_int(0)] = cfg
         comms = bpf["traced_comms"]
         for name in self.config.comms:
             key = comms.Key()
