@@ -95,7 +95,7 @@ class Pipeline:
             on_unrecognized=on_unrecognized,
             on_ended=self._end_leftovers,
         )
-        #: Observers of progress events, by protocol id.
+        #: Observers of progress events, by protocol id (see observe_progress).
         self.progress_observers: dict[str, list[ProgressObserver]] = {}
         #: Spans whose exchange started and has not ended: id(exchange) -> start.
         self._open: dict[int, SpanStart] = {}
@@ -114,6 +114,15 @@ class Pipeline:
             CallEvent: self._on_call,
             LostEvents: self._on_lost,
         }
+
+    def observe_progress(self, protocol: str, observer: ProgressObserver) -> None:
+        """Call ``observer`` with every progress event of ``protocol``'s exchanges
+        (first response byte, body chunks with their time), from sessions made
+        from now on: the protocol's detector is told to report them."""
+        self.progress_observers.setdefault(protocol, []).append(observer)
+        for detector in self.registry.detectors():
+            if detector.protocol == protocol and hasattr(detector, "report_progress"):
+                detector.report_progress = True
 
     # -- events -----------------------------------------------------------------
 

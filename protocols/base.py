@@ -214,3 +214,8 @@ class Detector(Protocol):
         ...
 
     def new_session(self, request_direction: Direction) -> Session: ...
+
+
+#: A detector may also have ``report_progress`` (bool): whether its sessions
+#: emit ExchangeProgress. Progress costs events per exchange, so sessions may
+#: leave it off until a consumer asks (``Pipeline.observe_progress``).

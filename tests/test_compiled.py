@@ -39,6 +39,7 @@ def load_pure(name: str):
     """The module's ``.py`` source, executed as plain Python under another name."""
     spec = importlib.util.spec_from_file_location(name.replace(".", "_") + "_pure", source_of(name))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -90,6 +91,7 @@ def _compiled(name: str):
 def _ringbuf_tests():
     spec = importlib.util.spec_from_file_location("otelbpf_test_ringbuf", ROOT / "tests" / "test_ringbuf.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
 
@@ -114,6 +116,7 @@ def test_pure_modules_run_without_cython_installed():
         "for name, path in zip(sys.argv[1::2], sys.argv[2::2]):\n"
         "    spec = importlib.util.spec_from_file_location(name + '_pure', path)\n"
         "    m = importlib.util.module_from_spec(spec)\n"
+        "    sys.modules[spec.name] = m  # dataclasses look their module up there\n"
         "    spec.loader.exec_module(m)\n"
         "    assert getattr(m, 'COMPILED', False) is False, name\n"
         "print('ok')\n"

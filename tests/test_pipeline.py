@@ -338,7 +338,7 @@ def test_a_library_call_becomes_an_internal_child_of_the_request_its_thread_serv
 def test_progress_observers_see_every_response_chunk_with_its_time() -> None:
     pipeline, out, _ = make_pipeline()
     seen = []
-    pipeline.progress_observers["http1"] = [lambda start, progress: seen.append((start.span_id, progress.phase, progress.ts_ns, progress.data))]
+    pipeline.observe_progress("http1", lambda start, progress: seen.append((start.span_id, progress.phase, progress.ts_ns, progress.data)))
     head = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
     pipeline.handle(
         [

@@ -21,15 +21,17 @@ class Http1Detector:
     preface (``PRI * HTTP/2.0``), TLS records and binary data match neither.
 
     ``body_limit``: bytes of each body its sessions keep on the messages (the
-    agent keeps none: HTTP/1 spans need only sizes; body data still flows as
-    ``ExchangeProgress`` events for consumers that want it).
+    agent keeps none: HTTP/1 spans need only sizes). ``report_progress``:
+    whether its sessions report ``ExchangeProgress`` (first response byte,
+    body chunks); the pipeline turns it on when something observes them.
     """
 
     protocol = PROTOCOL
     transports = Transport.STREAM
 
-    def __init__(self, body_limit: int = 0) -> None:
+    def __init__(self, body_limit: int = 0, report_progress: bool = False) -> None:
         self.body_limit = body_limit
+        self.report_progress = report_progress
 
     def detect(self, direction: Direction, data: bytes) -> Direction | None:
         if looks_like_request_start(data):
@@ -39,4 +41,4 @@ class Http1Detector:
         return None
 
     def new_session(self, request_direction: Direction) -> Http1Session:
-        return Http1Session(request_direction, body_limit=self.body_limit)
+        return Http1Session(request_direction, body_limit=self.body_limit, progress=self.report_progress)

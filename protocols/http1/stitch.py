@@ -35,16 +35,21 @@ class Http1Session:
     Protocols or a CONNECT tunnel the connection no longer carries HTTP/1:
     its bytes are ignored (they are not errors).
 
-    Progress: the response's first byte (``Phase.RESPONSE_START``) and every
-    piece of request and response body (``REQUEST_BODY``, ``RESPONSE_BODY``,
-    with their data and time) are reported as ``ExchangeProgress``. At most
-    ``body_limit`` bytes of each body are also kept on the messages.
+    Progress: with ``progress`` on, the response's first byte
+    (``Phase.RESPONSE_START``) and every piece of request and response body
+    (``REQUEST_BODY``, ``RESPONSE_BODY``, with their data and time) are
+    reported as ``ExchangeProgress`` (off, they cost nothing: the detector
+    turns them on when a consumer observes them). At most ``body_limit`` bytes
+    of each body are also kept on the messages.
     """
 
     protocol = PROTOCOL
 
-    def __init__(self, request_direction: Direction, body_limit: int = 65536, max_pending: int = 256) -> None:
+    def __init__(
+        self, request_direction: Direction, body_limit: int = 65536, max_pending: int = 256, progress: bool = True
+    ) -> None:
         self.request_direction = request_direction
+        self.progress = progress
         self.kind = ExchangeKind.for_request(request_direction)
         self.max_pending = max_pending
         self._requests = HttpParser("request", body_limit)
@@ -91,7 +96,7 @@ class Http1Session:
                 self._start_exchange(event.message, ts_ns, out)
             elif kind is BodyData:
                 exchange = self._requesting
-                if exchange is not None and exchange.request is event.message:
+                if self.progress and exchange is not None and exchange.request is event.message:
                     out.append(ExchangeProgress(exchange, Phase.REQUEST_BODY, event.ts_ns, event.data))
             # MessageComplete: the request object the exchange holds is now final.
 
@@ -116,14 +121,14 @@ class Http1Session:
         for event in events:
             kind = type(event)
             if kind is BodyData:
-                if self._answering is not None:
+                if self.progress and self._answering is not None:
                     out.append(ExchangeProgress(self._answering, Phase.RESPONSE_BODY, event.ts_ns, event.data))
                 continue
             response = event.message
             assert isinstance(response, HttpResponse)
             if kind is HeadComplete:
                 self._answer_oldest(response)
-                if self._answering is not None:
+                if self.progress and self._answering is not None:
                     out.append(ExchangeProgress(self._answering, Phase.RESPONSE_START, response.start_ns))
             elif self._answering is not None:
                 if closed_ns is not None and not response.complete:

@@ -248,3 +248,9 @@ def test_progress_reports_first_response_byte_and_every_body_chunk_with_its_time
     ]
     assert all(e.exchange is exchange for e in events)
     assert ended(events) == [exchange] and response_of(exchange).body == b""  # nothing kept
+
+
+def test_progress_can_be_left_off_and_then_costs_no_events() -> None:
+    session = Http1Session(SERVER, body_limit=0, progress=False)
+    events = session.feed(IN, CURL_GET, 1) + session.feed(OUT, NGINX_200, 2)
+    assert [type(e) for e in events] == [ExchangeStarted, ExchangeCompleted]
