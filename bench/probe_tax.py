@@ -18,6 +18,11 @@ programs' own work:
   before payload capture moved onto sock:sock_{recv,send}_length.
 
     .venv/bin/python bench/probe_tax.py [--rounds 3] [--duration 5]
+    OTELBPF_SOCK_TRACEPOINTS=classic .venv/bin/python bench/probe_tax.py ...  # sock_*_length as classic tracepoints
+
+The sock_*_length pair is attached as the agent attaches it: raw tracepoints
+(struct sock offsets from BTF) by default, classic ones where BTF lacks them
+or with OTELBPF_SOCK_TRACEPOINTS=classic.
 
 Same nginx, wrk, pinning and noise handling as nginx_wrk.py; output is a table
 of median req/s and the ratio to "none".
@@ -46,7 +51,10 @@ GROUPS = {
     "all (as the agent, default)": "default",  # every tracepoint but the --udp ones
     "all with --udp": None,  # every tracepoint capture.c has
     "per-syscall tracepoints (--udp, 5)": UDP_SYSCALL_TRACEPOINTS,
+    # raw or classic tracepoints, as the agent chose (OTELBPF_SOCK_TRACEPOINTS=classic forces classic)
     "sock:sock_*_length (2)": ["sock:sock_recv_length", "sock:sock_send_length"],
+    "raw:sk_data_ready (1)": ["raw:sk_data_ready"],
+    "inet_sock_set_state (1)": ["sock:inet_sock_set_state"],
     "lifecycle (5)": [
         "sched:sched_process_fork", "sched:sched_process_exec", "sched:sched_process_exit",
         "sock:inet_sock_set_state", "raw:sk_data_ready",
@@ -77,6 +85,16 @@ class Probes:
         category, name = tp.split(b":")
         return b"tracepoint__" + category + b"__" + name
 
+    def _resolve(self, tp: bytes) -> bytes:
+        """A group's "sock:sock_recv_length" is b"raw:sock_recv_length" when the
+        agent hooks it as a raw tracepoint (socket capture with BTF offsets)."""
+        if tp in self.all:
+            return tp
+        raw = b"raw:" + tp.split(b":")[-1]
+        if raw in self.all:
+            return raw
+        raise KeyError(f"{tp.decode()}: not one of the agent's probes ({', '.join(t.decode() for t in self.all)})")
+
     def detach_all(self) -> None:
         for tp in list(self.bpf.tracepoint_fds):
             self.bpf.detach_tracepoint(tp)
@@ -87,7 +105,7 @@ class Probes:
         if group == "default":
             tps = [tp for tp in self.all if not tp.startswith(b"syscalls:")]
         else:
-            tps = list(self.all) if group is None else [g.encode() for g in group]
+            tps = list(self.all) if group is None else [self._resolve(g.encode()) for g in group]
         for tp in tps:
             if tp.startswith(b"raw:"):
                 self.bpf.attach_raw_tracepoint(tp=tp[4:], fn_name=self.all[tp])
@@ -152,6 +170,7 @@ def main() -> int:
             wanted = [w.strip() for w in args.configs.split(",") if w.strip()]
             configs = ["none"] + [c for c in configs[1:] if any(c.startswith(w) for w in wanted)]
         results: dict[str, list[float]] = {c: [] for c in configs}
+        print(f"\nsocket capture: {probes.source.sock_capture.describe()}")
         print(f"\nsaturation, wrk -t{bench_args.threads} -c{bench_args.connections}, {args.rounds} rounds x {len(configs)} configs x {args.duration}s; {bench.layout.describe()}")
         for rnd in range(1, args.rounds + 1):
             for config in configs:

@@ -2,9 +2,11 @@
  * traced-process filter and the syscall-register helpers.
  *
  * Rule (DEVELOPERS.md): never dereference a kernel struct by header layout.
- * Only tracepoint arguments, user memory and the saved user registers
+ * Only tracepoint arguments, user memory, the saved user registers
  * (struct pt_regs: the syscall ABI, read at offsets user space passes in,
- * see otelbpf/sources/ebpf_layout.py SYSCALL_REGS) are read.
+ * see otelbpf/sources/ebpf_layout.py SYSCALL_REGS) and struct sock's
+ * family/protocol (at offsets user space reads from the running kernel's
+ * BTF, otelbpf/sources/btf.py; socket.c) are read.
  */
 #ifndef OTELBPF_COMMON_H
 #define OTELBPF_COMMON_H

@@ -221,6 +221,28 @@ def check_unix_pairing() -> Check:
     )
 
 
+def check_sock_capture() -> Check:
+    """Which tracepoints payload capture will use: the raw sock_*_length ones
+    (struct sock's family/protocol offsets from this kernel's BTF), or the
+    classic ones, which cost every socket call on the host a trace record.
+    `run` also checks the offsets on live sockets at start and falls back
+    to the classic ones (logged) if they read wrong."""
+    from otelbpf.sources.ebpf import SOCK_TRACEPOINTS_ENV, plan_sock_capture
+
+    plan = plan_sock_capture()
+    if plan.raw:
+        return Check("socket capture path", OK, plan.describe())
+    if plan.reason.startswith(SOCK_TRACEPOINTS_ENV):
+        return Check("socket capture path", INFO, plan.describe())
+    return Check(
+        "socket capture path",
+        WARN,
+        plan.describe(),
+        "works, but untraced processes pay for the classic tracepoints' records; a kernel with BTF"
+        " (CONFIG_DEBUG_INFO_BTF=y) lets otelbpf use raw tracepoints",
+    )
+
+
 def check_uprobes() -> Check:
     if _exists(Path("/sys/bus/event_source/devices/uprobe")) or _exists(TRACEFS / "uprobe_events"):
         return Check("uprobes", OK, "available (TLS, CUDA and NCCL probes use them)")
@@ -303,7 +325,7 @@ def run_checks() -> list[Check]:
     checks = [check_kernel(), check_privileges(), check_btf(), ensure_tracefs()]
     if checks[-1].status != FAIL:
         checks += check_tracepoints()
-        checks += [check_task_regs(), check_unix_pairing(), check_uprobes(), check_kprobes()]
+        checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
     checks += [check_ringbuf(), check_bcc(), check_kernel_headers()]
     return checks
 

@@ -33,6 +33,7 @@ from otelbpf.sources.ebpf_layout import (
     RecordDecoder,
     regs_cflags,
 )
+from otelbpf.sources import btf
 from otelbpf.sources.uprobes import Attachment, ProbeSpec, UprobeAttacher
 
 log = logging.getLogger("otelbpf.ebpf")
@@ -75,6 +76,83 @@ def program_text(path: Path | None = None, _seen: set[Path] | None = None) -> st
 
 class CaptureError(RuntimeError):
     """The probes could not be compiled or attached; the message says why."""
+
+
+#: "classic" forces payload capture onto the classic sock:sock_*_length
+#: tracepoints (a comparison, a fallback); "auto" (default): raw tracepoints
+#: when the kernel's BTF gives struct sock's offsets.
+SOCK_TRACEPOINTS_ENV = "OTELBPF_SOCK_TRACEPOINTS"
+#: bpf/socket.c's SK_CHECK_LEN: the start-up offset check sends datagrams of this + slot bytes.
+SK_CHECK_LEN = 7919
+
+
+@dataclass(frozen=True)
+class SockCapture:
+    """How bpf/socket.c hooks socket I/O: raw sock_{recv,send}_length
+    tracepoints (sk_family/sk_protocol read at BTF offsets: untraced processes
+    pay only the filter) or the classic ones (the kernel copies the arguments
+    into a trace record first, for every socket call on the host)."""
+
+    raw: bool
+    #: why the classic tracepoints, or where the offsets came from
+    reason: str
+    family_offset: int = 0
+    protocol_offset: int = 0
+    protocol_size: int = 0
+
+    def cflags(self) -> list[str]:
+        if not self.raw:
+            return ["-DSOCK_RAW_TP=0"]
+        return [
+            "-DSOCK_RAW_TP=1",
+            f"-DSK_FAMILY_OFF={self.family_offset}",
+            f"-DSK_PROTOCOL_OFF={self.protocol_offset}",
+            f"-DSK_PROTOCOL_SIZE={self.protocol_size}",
+            f"-DSK_CHECK_LEN={SK_CHECK_LEN}",
+        ]
+
+    def describe(self) -> str:
+        if self.raw:
+            return (
+                f"raw tracepoints with BTF offsets (sock_recv_length/sock_send_length; struct sock: skc_family at"
+                f" {self.family_offset}, sk_protocol at {self.protocol_offset}, {self.protocol_size} bytes)"
+            )
+        return f"classic tracepoints ({self.reason})"
+
+    def classic(self, reason: str) -> "SockCapture":
+        return SockCapture(False, reason)
+
+
+#: TP_PROTO of sock:sock_recv_length and sock:sock_send_length (include/trace/events/sock.h).
+SOCK_LENGTH_ARGS = ["struct sock *", "int", "int"]
+
+
+def plan_sock_capture(btf_path: str = btf.VMLINUX) -> SockCapture:
+    """Raw tracepoints when this kernel's BTF says where struct sock keeps its
+    family and protocol and that the tracepoints take (struct sock *, int ret,
+    int flags); the classic tracepoints (with the reason) otherwise."""
+    wanted = os.environ.get(SOCK_TRACEPOINTS_ENV, "auto").strip().lower() or "auto"
+    if wanted == "classic":
+        return SockCapture(False, f"{SOCK_TRACEPOINTS_ENV}=classic")
+    if wanted not in ("auto", "raw"):
+        return SockCapture(False, f"{SOCK_TRACEPOINTS_ENV}={wanted!r} is not auto, raw or classic")
+    try:
+        types = btf.load(btf_path)
+        for tracepoint in ("sock_recv_length", "sock_send_length"):
+            args = types.raw_tracepoint_args(tracepoint)
+            if args != SOCK_LENGTH_ARGS:
+                raise btf.BtfError(
+                    f"raw tracepoint {tracepoint} takes ({', '.join(args)}), not ({', '.join(SOCK_LENGTH_ARGS)})"
+                )
+        family_offset, family_size = types.member("sock", "__sk_common.skc_family").byte_field()
+        protocol_offset, protocol_size = types.member("sock", "sk_protocol").byte_field()
+    except btf.BtfError as exc:
+        return SockCapture(False, f"no BTF offsets: {exc}")
+    if family_size != 2:
+        return SockCapture(False, f"struct sock's skc_family is {family_size} bytes, not 2")
+    if protocol_size not in (1, 2):
+        return SockCapture(False, f"struct sock's sk_protocol is {protocol_size} bytes, not 1 or 2")
+    return SockCapture(True, f"from {btf_path}", family_offset, protocol_offset, protocol_size)
 
 
 @dataclass
@@ -156,6 +234,8 @@ class EbpfSource:
         self._announce_initial = True
         #: conn_id -> (family, addr, port) of connected UDP sockets, from /proc
         self._udp_peers: dict[int, tuple[int, str, int]] = {}
+        #: how socket I/O is hooked (set by start())
+        self.sock_capture: SockCapture | None = None
 
     # -- start-up ---------------------------------------------------------
 
@@ -185,8 +265,26 @@ class EbpfSource:
             cflags += regs_cflags(platform.machine())
         except ValueError as exc:
             raise CaptureError(str(exc)) from exc
+        plan = plan_sock_capture()
+        if plan.raw:
+            try:
+                self._bpf = BPF(text=program_text().encode(), cflags=cflags + plan.cflags())
+                problem = self._check_sock_offsets()
+            except Exception as exc:  # noqa: BLE001 - BCC raises plain Exception; the classic path may still work
+                problem = f"raw tracepoints failed to load: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}"
+            if problem:
+                if self._bpf is not None:
+                    self._bpf.cleanup()
+                    self._bpf = None
+                plan = plan.classic(problem)
+        self.sock_capture = plan
+        if plan.raw:
+            log.info("socket capture: %s", plan.describe())
+        else:
+            log.warning("socket capture: %s", plan.describe())
         try:
-            self._bpf = BPF(text=program_text().encode(), cflags=cflags)
+            if self._bpf is None:
+                self._bpf = BPF(text=program_text().encode(), cflags=cflags + plan.cflags())
         except Exception as exc:
             hint = ""
             if "task_pt_regs" in str(exc) or "get_current_task_btf" in str(exc) or "unknown func" in str(exc):
@@ -214,6 +312,70 @@ class EbpfSource:
             # attach the per-process probes before the first request, not at first sight
             self.watch_process(pid)
         return self.probe_count
+
+    def _check_sock_offsets(self) -> str | None:
+        """Prove the BTF offsets on live sockets: attach bpf/socket.c's
+        sk_offsets_check to sock_send_length for a moment, send a datagram of
+        a known length on sockets of known family and protocol (Unix datagram,
+        UDP, TCP over loopback, UDP over IPv6 when there is one) and compare
+        what the probe read. Returns what went wrong, or None. A few ms."""
+        import socket
+
+        from bcc import BPF
+        from bcc.libbcc import lib
+
+        fn = self._bpf.load_func(b"sk_offsets_check", BPF.RAW_TRACEPOINT)
+        link = lib.bpf_attach_raw_tracepoint(fn.fd, b"sock_send_length")
+        if link < 0:
+            return "the offset check could not attach to sock_send_length"
+        expected: dict[int, tuple[int, int, str]] = {}
+        opened: list[socket.socket] = []
+
+        def sock(*args) -> socket.socket:
+            s = socket.socket(*args)
+            opened.append(s)
+            return s
+
+        try:
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            opened += [a, b]
+            a.send(b"u" * SK_CHECK_LEN)
+            expected[0] = (socket.AF_UNIX, 0, "a Unix datagram socket")
+            rx = sock(socket.AF_INET, socket.SOCK_DGRAM)
+            rx.bind(("127.0.0.1", 0))
+            sock(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"d" * (SK_CHECK_LEN + 1), rx.getsockname())
+            expected[1] = (socket.AF_INET, socket.IPPROTO_UDP, "a UDP socket")
+            listener = sock(socket.AF_INET, socket.SOCK_STREAM)
+            listener.bind(("127.0.0.1", 0))
+            listener.listen(1)
+            client = sock(socket.AF_INET, socket.SOCK_STREAM)
+            client.settimeout(2)
+            client.connect(listener.getsockname())
+            opened.append(listener.accept()[0])
+            client.sendall(b"t" * (SK_CHECK_LEN + 2))
+            expected[2] = (socket.AF_INET, socket.IPPROTO_TCP, "a TCP socket")
+            try:
+                rx6 = sock(socket.AF_INET6, socket.SOCK_DGRAM)
+                rx6.bind(("::1", 0))
+                sock(socket.AF_INET6, socket.SOCK_DGRAM).sendto(b"6" * (SK_CHECK_LEN + 3), rx6.getsockname()[:2])
+                expected[3] = (socket.AF_INET6, socket.IPPROTO_UDP, "a UDP/IPv6 socket")
+            except OSError:
+                pass  # no IPv6 here: three sockets are proof enough
+        except OSError as exc:
+            return f"the offset check could not use sockets: {exc}"
+        finally:
+            os.close(link)
+            for s in opened:
+                s.close()
+        table = self._bpf["sk_check"]
+        for slot, (family, protocol, what) in expected.items():
+            seen = int(table[ctypes.c_int(slot)].value)
+            if seen != (family << 16 | protocol):
+                return (
+                    f"the BTF offsets read {what} as family {seen >> 16}, protocol {seen & 0xFFFF}"
+                    f" (expected {family}, {protocol})" if seen else f"the offset check never saw {what}'s send"
+                )
+        return None
 
     def _configure_filter(self) -> None:
         bpf = self._bpf
