@@ -300,17 +300,19 @@ class ConnectionTable:
             conns.move_to_end(key)
         if event.flags & _SENDFILE:
             conn.sendfile_ns = event.ts_ns
+        if conn.session is not None:
+            self._feed(conn, event)
+        elif not conn.unrecognized:
+            self._detect(conn, event, self.stream_detectors)
+
+    def _feed(self, conn: Connection, event: DataEvent | DatagramEvent) -> None:
+        """Hand the bytes to the connection's session; route what it reports."""
         session = conn.session
-        if session is not None:
-            out = session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))
-            if out:
-                self.on_events(conn, event, out)
-            if session.parse_errors != conn._parse_errors_seen:
-                self._account_parse_errors(conn)
-            return
-        if conn.unrecognized:
-            return
-        self._detect(conn, event, self.stream_detectors)
+        out = session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))
+        if out:
+            self.on_events(conn, event, out)
+        if session.parse_errors != conn._parse_errors_seen:
+            self._account_parse_errors(conn)
 
     def _first_sight(self, event: DataEvent, key: int) -> Connection:
         """Data with no entry yet: the open record was lost, the source sends
@@ -333,15 +335,9 @@ class ConnectionTable:
             conn = self._new_flow(event, key)
         else:
             self._conns.move_to_end(key)
-        session = conn.session
-        if session is not None:
-            out = session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))
-            if out:
-                self.on_events(conn, event, out)
-            if session.parse_errors != conn._parse_errors_seen:
-                self._account_parse_errors(conn)
-            return
-        if not conn.unrecognized:
+        if conn.session is not None:
+            self._feed(conn, event)
+        elif not conn.unrecognized:
             self._detect(conn, event, self.datagram_detectors)
 
     def _new_flow(self, event: DatagramEvent, key: tuple) -> Connection:

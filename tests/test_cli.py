@@ -95,6 +95,8 @@ def test_replay_missing_file_is_a_clear_error(tmp_path):
         (["run", "--pid", "-4"], "must be > 0"),
         (["run", "--pid", "1", "--otlp-protocol", "carrier-pigeon"], "invalid choice"),
         (["run", "--pid", "1", "--duration", "soon"], "not a number"),
+        (["run", "--pid", "1", "--nice", "25"], "between 0 and 19"),
+        (["run", "--pid", "1", "--max-cpu", "0"], "must be > 0"),
     ],
 )
 def test_wrong_flags_give_a_clear_error(args, message):

@@ -7,6 +7,7 @@ JSON file it writes.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -288,3 +289,20 @@ def test_all_traces_processes_started_later_but_never_the_agent(services, agent,
     assert {(s.resource["process.pid"], s.span.kind) for s in spans} >= {(backend.pid, SERVER)}
     assert any(s.resource["process.executable.name"] == "curl" and s.span.kind == CLIENT for s in spans)
     assert all(s.resource["process.pid"] != run.proc.pid for s in spans_in_file(out))
+
+
+def _niceness(stat_path: str) -> int:
+    with open(stat_path) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return int(fields[16])  # field 19 of proc(5), counted after the comm
+
+
+def test_agent_yields_the_cpu_to_the_services_on_every_thread(services, agent, tmp_path):
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0"])
+    run = agent(["--pid", str(backend.pid), "--json-file", str(tmp_path / "spans.json")])
+    pid = run.proc.pid
+    threads = [f"/proc/{pid}/task/{tid}/stat" for tid in os.listdir(f"/proc/{pid}/task")]
+    assert len(threads) > 1  # the main loop and the export workers
+    assert {_niceness(path) for path in threads} == {10}  # the --nice default
+    assert _niceness(f"/proc/{backend.pid}/stat") == 0  # the traced service is left alone
+    assert run.stop() == 0
