@@ -252,10 +252,46 @@ def yield_cpu(niceness: int) -> None:
     the services, CFS then gives them the CPU first: under overload the agent
     falls behind, the kernel ring buffer drops and counts, and the services
     are not slowed further. The BPF programs run in the services' own
-    context and are not affected."""
+    context and are not affected.
+
+    With autogroup scheduling (``kernel.sched_autogroup_enabled``), CFS first
+    shares a core between sessions, and a thread's niceness only counts
+    inside its own session's group. When the agent is alone in its session
+    (started by a supervisor, ``setsid``, a container entrypoint), the
+    group's niceness is lowered too; a session shared with other processes
+    is left alone, as they would pay for it. Across cgroups (containers),
+    CPU weights and limits decide: give the agent its own (the DaemonSet
+    sets them)."""
     current = os.getpriority(os.PRIO_PROCESS, 0)
     if niceness > current:
         os.setpriority(os.PRIO_PROCESS, 0, niceness)
+    group = _autogroup(os.getpid())
+    if group is not None and niceness > group[1] and _alone_in_autogroup(group[0]):
+        try:
+            with open("/proc/self/autogroup", "w") as f:
+                f.write(str(niceness))
+        except OSError as exc:
+            log.debug("could not lower the autogroup's priority: %s", exc)
+
+
+def _autogroup(pid: int) -> tuple[str, int] | None:
+    """(autogroup name, its niceness) of a process, or None (no autogroup scheduling)."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as f:
+            name, _, nice = f.read().split()
+        return name, int(nice)
+    except (OSError, ValueError):
+        return None
+
+
+def _alone_in_autogroup(name: str) -> bool:
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != me:
+            group = _autogroup(int(entry))
+            if group is not None and group[0] == name:
+                return False
+    return True
 
 
 def cmd_run(args) -> int:

@@ -147,3 +147,21 @@ def test_doctor_and_run_refuse_without_privileges(tmp_path):
     run = otelbpf("run", "--pid", "1", "--json-file", str(tmp_path / "x.json"), user="65534", env={**os.environ, "HOME": str(tmp_path)})
     assert run.returncode == 1
     assert "refusing to start" in run.stderr
+
+
+YIELD = (
+    "import os\n"
+    "from otelbpf.cli import _autogroup, yield_cpu\n"
+    "yield_cpu(10)\n"
+    "group = _autogroup(os.getpid())\n"
+    "print(os.getpriority(os.PRIO_PROCESS, 0), group[1] if group else 'none')\n"
+)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup"), reason="no autogroup scheduling on this kernel")
+def test_yield_cpu_lowers_its_own_session_group_but_never_a_shared_one():
+    alone = subprocess.run(["setsid", sys.executable, "-c", YIELD], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert alone.stdout.split() == ["10", "10"]  # thread and its own autogroup
+    shared = subprocess.run([sys.executable, "-c", YIELD], capture_output=True, text=True, cwd=ROOT, check=True)
+    thread_nice, group_nice = shared.stdout.split()
+    assert thread_nice == "10" and group_nice != "10"  # the test runner's session is left alone
