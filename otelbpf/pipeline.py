@@ -222,7 +222,7 @@ class Pipeline:
             if kind is ExchangeStarted:
                 self._start(conn, event, item.exchange)
             elif kind is ExchangeProgress:
-                self._progress(item)
+                self._progress(conn, item)
             else:  # ExchangeCompleted, ExchangeAbandoned
                 self._end(conn, event, item.exchange)
 
@@ -242,13 +242,14 @@ class Pipeline:
         self._open[key] = start
         conn.exchanges[key] = exchange
 
-    def _progress(self, item: ExchangeProgress) -> None:
+    def _progress(self, conn: Connection, item: ExchangeProgress) -> None:
         observers = self.progress_observers.get(item.exchange.protocol)
         if not observers:
             return
         start = self._open.get(id(item.exchange))
         if start is None:
-            self.counters.add("otelbpf.protocol.violations", label=item.exchange.protocol)
+            if not conn.shed:  # a shed connection's exchange was never started: not a violation
+                self.counters.add("otelbpf.protocol.violations", label=item.exchange.protocol)
             return
         for observe in observers:
             observe(start, item)

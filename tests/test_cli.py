@@ -90,6 +90,7 @@ def test_replay_missing_file_is_a_clear_error(tmp_path):
     [
         (["run"], "nothing to trace"),
         (["run", "--pid", "1", "--capture-bytes", "10"], "--capture-bytes must be between"),
+        (["run", "--pid", "1", "--capture-bytes", "16384"], "--capture-bytes must be between 64 and 8192"),
         (["run", "--pid", "1", "--ring-buffer-mb", "3"], "power of two"),
         (["run", "--comm", "a-name-longer-than-15-bytes"], "1 to 15 bytes"),
         (["run", "--pid", "-4"], "must be > 0"),

@@ -41,7 +41,10 @@ log = logging.getLogger("otelbpf.ebpf")
 BPF_DIR = Path(os.environ.get("OTELBPF_BPF_DIR") or Path(__file__).resolve().parents[2] / "bpf")
 
 MIN_CAPTURE_BYTES = 64
-MAX_CAPTURE_BYTES = 65536
+#: Records are built in per-CPU scratch space twice the capture size (the
+#: verifier's bound for gathered iovecs), and a per-CPU map value is at most
+#: 32 KiB: 8 KiB of payload per syscall is the most that fits.
+MAX_CAPTURE_BYTES = 8192
 TRACED_BY_PID = 1
 TRACED_BY_COMM = 2
 MODE_LISTED = 0
