@@ -14,6 +14,7 @@ from otelbpf.events import Event
 from otelbpf.pipeline import Pipeline
 from otelbpf.reorder import ReorderBuffer
 from otelbpf.selfmetrics import Counters
+from otelbpf.semantics import genai
 
 log = logging.getLogger("otelbpf")
 
@@ -35,8 +36,9 @@ class Flushable(Protocol):
 def live_pipeline(source, consumer, resources, counters, options=None, max_connections: int = 16384) -> Pipeline:
     """A pipeline wired to a live source's hooks: muting a connection (per
     source) whose protocol is unknown, and attaching / detaching per-process
-    probes as processes appear and exit."""
-    return Pipeline(
+    probes as processes appear and exit. LLM API calls on HTTP/1 get GenAI
+    spans (otelbpf.semantics.genai)."""
+    pipeline = Pipeline(
         consumer,
         resources,
         counters,
@@ -46,6 +48,8 @@ def live_pipeline(source, consumer, resources, counters, options=None, max_conne
         on_new_process=source.watch_process,
         on_process_exit=source.forget_process,
     )
+    genai.attach(pipeline)
+    return pipeline
 
 
 class Agent:

@@ -69,6 +69,11 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="export URL query strings (off by default: they often carry tokens and personal data)",
     )
+    out.add_argument(
+        "--capture-genai-content",
+        action="store_true",
+        help="export LLM prompt and completion text (gen_ai.input/output.messages, truncated; off by default)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -85,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--comm", action="append", default=[], help="processes with this name (as in ps -o comm); repeatable")
     sel.add_argument("--all", action="store_true", help="every process but the agent itself")
     run.add_argument("--duration", type=_positive_float, metavar="SECONDS", help="stop after this long, flushing everything")
-    run.add_argument("--capture-bytes", type=_positive_int, default=4096, metavar="N", help="payload bytes captured per syscall (64..65536, default 4096)")
+    run.add_argument("--capture-bytes", type=_positive_int, default=4096, metavar="N", help="payload bytes captured per syscall (64..8192, default 4096)")
     run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
     run.add_argument("--max-connections", type=_positive_int, default=16384, help="connection table bound (default 16384)")
     run.add_argument(
@@ -329,7 +334,7 @@ def cmd_run(args) -> int:
         return 2
 
     source = EbpfSource(config)
-    options = SpanOptions(include_query=args.include_query_strings)
+    options = SpanOptions(include_query=args.include_query_strings, capture_genai_content=args.capture_genai_content)
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
     budget = CpuBudget(args.max_cpu, pipeline.table) if args.max_cpu else None
     if metrics is not None:
@@ -369,7 +374,13 @@ def cmd_replay(args) -> int:
         print(f"otelbpf: {exc}", file=sys.stderr)
         return 2
     try:
-        run_replay(source, consumer, resources, counters, SpanOptions(include_query=args.include_query_strings))
+        run_replay(
+            source,
+            consumer,
+            resources,
+            counters,
+            SpanOptions(include_query=args.include_query_strings, capture_genai_content=args.capture_genai_content),
+        )
     except PcapError as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
     consumer.shutdown(10.0)

@@ -77,12 +77,16 @@ class Registry:
 
 def default_registry() -> Registry:
     """Every protocol otelbpf ships, in detection order."""
+    from otelbpf.metrics import genai as genai_metrics
     from otelbpf.metrics import http1 as http1_metrics
     from otelbpf.semantics import http1 as http1_semantics
     from protocols.http1 import Http1Detector
 
     registry = Registry()
-    registry.register(Http1Detector(), http1_semantics.SEMANTICS, http1_metrics.INSTRUMENTS)
+    # HTTP/1 semantics per registry: a pipeline may attach its GenAI layer to it
+    # (otelbpf.semantics.genai.attach); LLM calls on HTTP/1 are HTTP/1 spans, so
+    # the GenAI instruments are HTTP/1's too (they select spans with gen_ai.* attributes).
+    registry.register(Http1Detector(), http1_semantics.Http1Semantics(), http1_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS)
     return registry
 
 

@@ -15,7 +15,7 @@ from otelbpf.pipeline import Pipeline, SpanConsumer
 from otelbpf.resources import ProcessResources
 from otelbpf.selfmetrics import Counters
 from otelbpf.sources.pcap import PcapSource, Perspective
-from otelbpf.semantics import SpanOptions
+from otelbpf.semantics import SpanOptions, genai
 
 BATCH_SIZE = 1024
 
@@ -46,6 +46,7 @@ def run_replay(
     propagates after the events before it were handled and the pipeline
     finished."""
     pipeline = Pipeline(consumer, resources, counters, privacy or SpanOptions())
+    genai.attach(pipeline)  # LLM API calls on HTTP/1 get GenAI spans, as in the live agent
     batch: list = []
     try:
         for event in source.events():

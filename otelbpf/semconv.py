@@ -51,6 +51,72 @@ HTTP_DURATION_BOUNDARIES: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 )  # fmt: skip
 
+# --- GenAI (semantic-conventions-genai: gen-ai-spans.md, gen-ai-metrics.md, registry/attributes/gen-ai.md) ---
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL = "gen_ai.request.model"
+GEN_AI_REQUEST_MAX_TOKENS = "gen_ai.request.max_tokens"
+GEN_AI_REQUEST_TEMPERATURE = "gen_ai.request.temperature"
+GEN_AI_REQUEST_TOP_P = "gen_ai.request.top_p"
+GEN_AI_REQUEST_STREAM = "gen_ai.request.stream"
+GEN_AI_RESPONSE_ID = "gen_ai.response.id"
+GEN_AI_RESPONSE_MODEL = "gen_ai.response.model"
+GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
+#: Seconds from the request's first byte to the first output chunk of a streamed response.
+GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
+GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+#: Opt-in content (``--capture-genai-content``): JSON in the conventions' message format.
+GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
+GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
+GEN_AI_TOKEN_TYPE = "gen_ai.token.type"
+GEN_AI_TOKEN_TYPE_INPUT = "input"
+GEN_AI_TOKEN_TYPE_OUTPUT = "output"
+#: ``gen_ai.operation.name`` well-known values otelbpf writes.
+GEN_AI_OPERATION_CHAT = "chat"
+GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"
+GEN_AI_OPERATION_EMBEDDINGS = "embeddings"
+#: ``gen_ai.provider.name`` well-known values, and the server hosts that identify them.
+GEN_AI_PROVIDER_OPENAI = "openai"
+GEN_AI_PROVIDER_AZURE_OPENAI = "azure.ai.openai"
+GEN_AI_PROVIDER_ANTHROPIC = "anthropic"
+GEN_AI_PROVIDER_DEEPSEEK = "deepseek"
+GEN_AI_PROVIDER_GROQ = "groq"
+GEN_AI_PROVIDER_MISTRAL_AI = "mistral_ai"
+GEN_AI_PROVIDER_MOONSHOT_AI = "moonshot_ai"
+GEN_AI_PROVIDER_PERPLEXITY = "perplexity"
+GEN_AI_PROVIDER_X_AI = "x_ai"
+GEN_AI_PROVIDER_GCP_GEMINI = "gcp.gemini"
+GEN_AI_PROVIDER_GCP_VERTEX_AI = "gcp.vertex_ai"
+#: Custom ``gen_ai.provider.name`` values (none of the well-known ones applies):
+#: Ollama's own API, and the OpenAI wire format served by a server that is not
+#: known to be OpenAI (vLLM, llama.cpp, SGLang, LiteLLM, a mock: the format
+#: flavor is OpenAI's, the provider is not).
+GEN_AI_PROVIDER_OLLAMA = "ollama"
+GEN_AI_PROVIDER_OPENAI_COMPATIBLE = "openai_compatible"
+
+# --- GenAI metrics ---------------------------------------------------------------------
+GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
+GEN_AI_CLIENT_TOKEN_USAGE = "gen_ai.client.token.usage"
+GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
+GEN_AI_CLIENT_OPERATION_TIME_PER_OUTPUT_CHUNK = "gen_ai.client.operation.time_per_output_chunk"
+GEN_AI_SERVER_REQUEST_DURATION = "gen_ai.server.request.duration"
+GEN_AI_SERVER_TIME_TO_FIRST_TOKEN = "gen_ai.server.time_to_first_token"
+GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN = "gen_ai.server.time_per_output_token"
+#: Bucket boundaries the GenAI metric conventions advise.
+GEN_AI_DURATION_BOUNDARIES: tuple[float, ...] = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+GEN_AI_TOKEN_USAGE_BOUNDARIES: tuple[float, ...] = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
+GEN_AI_SERVER_TIME_TO_FIRST_TOKEN_BOUNDARIES: tuple[float, ...] = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN_BOUNDARIES: tuple[float, ...] = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
+)  # fmt: skip
+
 # --- metrics in general -------------------------------------------------------------------
 OTEL_METRIC_OVERFLOW = "otel.metric.overflow"
 
@@ -75,3 +141,10 @@ OTELBPF_RESPONSE_INCOMPLETE = "otelbpf.response.incomplete"
 OTELBPF_RESPONSE_BODY_SENDFILE = "otelbpf.response.body.sendfile"
 OTELBPF_EXCHANGE_END_REASON = "otelbpf.exchange.end_reason"
 OTELBPF_TIME_TO_FIRST_BYTE = "otelbpf.response.time_to_first_byte"
+#: otelbpf's own GenAI span attributes (no convention exists for them):
+#: output chunks of a streamed response (SSE events / NDJSON lines carrying output),
+OTELBPF_GEN_AI_RESPONSE_CHUNKS = "otelbpf.gen_ai.response.chunks"
+#: mean seconds between consecutive output chunks ((last - first) / (chunks - 1)),
+OTELBPF_GEN_AI_RESPONSE_TIME_PER_OUTPUT_CHUNK = "otelbpf.gen_ai.response.time_per_output_chunk"
+#: captured prompt/completion text was cut to the capture limit.
+OTELBPF_GEN_AI_CONTENT_TRUNCATED = "otelbpf.gen_ai.content.truncated"

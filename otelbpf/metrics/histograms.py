@@ -254,7 +254,7 @@ class SpanMetrics:
         processes = []
         for process, tables in copied:
             histograms = [
-                (instrument, [_point(instrument.attributes, key, series) for key, series in table])
+                (instrument, [_point(instrument.attributes, key, series, instrument.fixed_attributes) for key, series in table])
                 for instrument, table in zip(self._instruments, tables)
                 if table
             ]
@@ -299,11 +299,15 @@ def _copy(table: Table) -> list[tuple[tuple[Any, ...], list[Any]]]:
     return [(key, series[:]) for key, series in table.items()]
 
 
-def _point(names: Sequence[str], key: tuple[Any, ...], series: list[Any]) -> HistogramPoint:
+def _point(
+    names: Sequence[str], key: tuple[Any, ...], series: list[Any], fixed: Sequence[tuple[str, AttributeValue]] = ()
+) -> HistogramPoint:
     if key is _OVERFLOW_KEY:
         attributes: dict[str, AttributeValue] = {OVERFLOW_ATTRIBUTE: True}
     else:
         attributes = {name: value for name, value in zip(names, key) if value is not None}
+    if fixed:
+        attributes.update(fixed)
     return HistogramPoint(
         attributes=attributes,
         start_ns=series[_START],

@@ -10,6 +10,12 @@ A :class:`SpanHistogram` is fed every finished span of its protocol that its
 said otherwise) with the span attributes named in ``attributes`` as the data
 point's attributes (absent ones left out). Attribute lists must stay
 low-cardinality: never a path, a full URL or a peer address.
+
+``fixed_attributes`` are added to every data point of an instrument as they
+are: two definitions with the same name can then split one metric by a
+dimension that is not a span attribute (``gen_ai.client.token.usage`` is
+recorded once with ``gen_ai.token.type=input`` and once with ``output``,
+from two values of one span).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.model import AttributeValue, SpanKind, SpanRecord
 
 
 def duration_seconds(span: SpanRecord) -> float:
@@ -51,3 +57,5 @@ class SpanHistogram:
     select: Callable[[SpanRecord], bool]
     #: What it measures of a selected span.
     value: Callable[[SpanRecord], float] = duration_seconds
+    #: (key, value) pairs added to every data point (see the module docstring).
+    fixed_attributes: tuple[tuple[str, AttributeValue], ...] = ()

@@ -26,6 +26,9 @@ class SpanOptions:
 
     #: Export ``url.query`` (query strings often carry tokens).
     include_query: bool = False
+    #: Export LLM prompt and completion text (``gen_ai.input.messages`` /
+    #: ``gen_ai.output.messages``, truncated); off by default (``--capture-genai-content``).
+    capture_genai_content: bool = False
 
 
 class SpanSemantics(Protocol):

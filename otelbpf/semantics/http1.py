@@ -7,6 +7,10 @@ The route is the path with identifiers collapsed (:func:`derive_route`).
 
 Private by default: query strings are not exported and no header values but
 ``User-Agent`` and ``Host`` are read, unless the user opts in.
+
+An exchange that is an LLM API call (OpenAI-compatible, Ollama) is also a
+GenAI span: its name and ``gen_ai.*`` attributes come from the pipeline's
+GenAI layer (``otelbpf/semantics/genai.py``), when one is attached.
 """
 
 from __future__ import annotations
@@ -69,6 +73,11 @@ class Http1Semantics:
 
     protocol = PROTOCOL
 
+    def __init__(self) -> None:
+        #: The pipeline's GenAI layer (otelbpf.semantics.genai.attach), or None:
+        #: an exchange that is an LLM call also gets the GenAI name and attributes.
+        self.genai = None
+
     def span(self, start: SpanStart, exchange: HttpExchange, conn, options: SpanOptions) -> SpanRecord:
         request = exchange.request
         response = exchange.response
@@ -112,6 +121,11 @@ class Http1Semantics:
         outcome_code, message = outcome_status(exchange, answered, attrs)
         if outcome_code is StatusCode.ERROR:
             status = outcome_code
+        genai = self.genai
+        if genai is not None:
+            genai_name = genai.annotate(exchange, attrs)
+            if genai_name is not None:
+                name = genai_name
         return span_record(start, exchange, name, attrs, status, message)
 
     @staticmethod

@@ -1,0 +1,222 @@
+"""A deterministic OpenAI-compatible API server, for the demo and the tests (stdlib only).
+
+Routes (POST, JSON bodies, as the OpenAI API):
+
+  /v1/chat/completions   chat; streamed (SSE) when "stream": true
+  /v1/completions        legacy text completions; streamed likewise
+  /v1/embeddings         embeddings of "input" (a string or a list of strings)
+
+Everything it answers is a function of the request, so a test can predict it:
+
+* the output is ``max_tokens`` tokens (default 5), token i being ``"tok{i} "``
+  padded with ``x`` to ``mock_token_bytes`` bytes when the request sets that
+  extra field (to make long responses);
+* usage: ``prompt_tokens`` = the number of whitespace-separated words in the
+  prompt (message contents, prompt or input), ``completion_tokens`` = the
+  tokens sent; finish reason ``length`` when ``max_tokens`` was given, else ``stop``;
+* ids ``chatcmpl-mock-N`` / ``cmpl-mock-N`` (N counts requests from 1); the
+  response model is the request's model with ``-mock`` appended.
+
+Timing (the point of the mock): a streamed response sends its role chunk at
+once (as vLLM does), waits ``--first-token-delay-ms`` before the first token
+and ``--token-delay-ms`` between tokens (a request may override them with the
+extra fields ``mock_first_token_delay_ms`` / ``mock_token_delay_ms``); the usage chunk comes last when the
+request asks for it (``stream_options: {include_usage: true}``), then
+``data: [DONE]``. A non-streamed response waits first-token delay + (tokens - 1)
+x token delay before it answers. Each SSE event is one chunk, written with one
+``write``.
+
+Prints "listening on PORT" once ready, so callers can wait for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_ids = itertools.count(1)
+_ids_lock = threading.Lock()
+
+
+def next_id() -> int:
+    with _ids_lock:
+        return next(_ids)
+
+
+def words(value) -> int:
+    if isinstance(value, str):
+        return len(value.split())
+    if isinstance(value, list):
+        return sum(words(item) for item in value)
+    if isinstance(value, dict):
+        return words(value.get("content", "")) + words(value.get("text", ""))
+    return 0
+
+
+def tokens_for(request: dict) -> list[str]:
+    count = request.get("max_tokens") or request.get("max_completion_tokens") or 5
+    size = int(request.get("mock_token_bytes") or 0)
+    out = []
+    for i in range(int(count)):
+        token = f"tok{i} "
+        if len(token) < size:
+            token = f"tok{i}" + "x" * (size - len(token) - 1) + " "
+        out.append(token)
+    return out
+
+
+class MockHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, chunked streaming
+    first_token_delay_s = 0.0
+    token_delay_s = 0.0
+
+    def log_message(self, fmt, *args):
+        pass
+
+    # -- plumbing ----------------------------------------------------------------
+
+    def _read_json(self) -> dict | None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            return None
+        return body if isinstance(body, dict) else None
+
+    def _send_json(self, status: int, payload: dict) -> None:
+        body = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+
+    def _event(self, payload) -> None:
+        data = payload if isinstance(payload, str) else json.dumps(payload)
+        event = f"data: {data}\n\n".encode()
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))  # one chunk, one write
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+
+    # -- routes --------------------------------------------------------------------
+
+    def do_POST(self):
+        request = self._read_json()
+        if request is None:
+            self._send_json(400, {"error": {"message": "invalid JSON", "type": "invalid_request_error"}})
+            return
+        path = self.path.partition("?")[0]
+        if path == "/v1/chat/completions":
+            self._completion(request, chat=True)
+        elif path == "/v1/completions":
+            self._completion(request, chat=False)
+        elif path == "/v1/embeddings":
+            self._embeddings(request)
+        else:
+            self._send_json(404, {"error": {"message": f"no route {path}", "type": "invalid_request_error"}})
+
+    def _completion(self, request: dict, chat: bool) -> None:
+        number = next_id()
+        model = str(request.get("model", "mock-model"))
+        response_id = f"chatcmpl-mock-{number}" if chat else f"cmpl-mock-{number}"
+        response_model = f"{model}-mock"
+        tokens = tokens_for(request)
+        finish = "length" if (request.get("max_tokens") or request.get("max_completion_tokens")) else "stop"
+        prompt = words(request.get("messages")) if chat else words(request.get("prompt"))
+        usage = {"prompt_tokens": prompt, "completion_tokens": len(tokens), "total_tokens": prompt + len(tokens)}
+        created = 1700000000
+        kind = "chat.completion" if chat else "text_completion"
+        first_delay, token_delay = self.first_token_delay_s, self.token_delay_s
+        if isinstance(request.get("mock_first_token_delay_ms"), (int, float)):
+            first_delay = request["mock_first_token_delay_ms"] / 1000.0
+        if isinstance(request.get("mock_token_delay_ms"), (int, float)):
+            token_delay = request["mock_token_delay_ms"] / 1000.0
+        if not request.get("stream"):
+            time.sleep(first_delay + token_delay * max(len(tokens) - 1, 0))
+            text = "".join(tokens)
+            choice = {"index": 0, "finish_reason": finish}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            self._send_json(
+                200,
+                {"id": response_id, "object": kind, "created": created, "model": response_model, "choices": [choice], "usage": usage},
+            )
+            return
+        kind += ".chunk" if chat else ""
+
+        def chunk(choice: dict, usage_value=None) -> dict:
+            out = {"id": response_id, "object": kind, "created": created, "model": response_model}
+            out["choices"] = [choice] if choice else []
+            if usage_value is not None:
+                out["usage"] = usage_value
+            return out
+
+        self._start_stream()
+        if chat:  # the role chunk, at once (vLLM does this before the first token)
+            self._event(chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}))
+        for i, token in enumerate(tokens):
+            time.sleep(first_delay if i == 0 else token_delay)
+            if chat:
+                self._event(chunk({"index": 0, "delta": {"content": token}, "finish_reason": None}))
+            else:
+                self._event(chunk({"index": 0, "text": token, "finish_reason": None}))
+        last = {"index": 0, "delta": {}, "finish_reason": finish} if chat else {"index": 0, "text": "", "finish_reason": finish}
+        self._event(chunk(last))
+        options = request.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            self._event(chunk({}, usage))
+        self._event("[DONE]")
+        self._end_stream()
+
+    def _embeddings(self, request: dict) -> None:
+        model = str(request.get("model", "mock-embedding"))
+        inputs = request.get("input", "")
+        inputs = inputs if isinstance(inputs, list) else [inputs]
+        dimensions = int(request.get("dimensions") or 8)
+        data = [
+            {"object": "embedding", "index": i, "embedding": [round((i + 1) * 0.001 * (d + 1), 6) for d in range(dimensions)]}
+            for i in range(len(inputs))
+        ]
+        prompt = words(inputs)
+        self._send_json(
+            200,
+            {"object": "list", "data": data, "model": f"{model}-mock", "usage": {"prompt_tokens": prompt, "total_tokens": prompt}},
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--first-token-delay-ms", type=float, default=0.0, help="wait before the first token")
+    parser.add_argument("--token-delay-ms", type=float, default=0.0, help="wait between tokens")
+    args = parser.parse_args()
+    MockHandler.first_token_delay_s = args.first_token_delay_ms / 1000.0
+    MockHandler.token_delay_s = args.token_delay_ms / 1000.0
+    server = ThreadingHTTPServer((args.host, args.port), MockHandler)
+    server.daemon_threads = True
+    print(f"listening on {server.server_address[1]}", flush=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,217 @@
+"""LLM API calls on HTTP/1: the GenAI facts of an exchange, and how they show on its span.
+
+The HTTP/1 exchange is still the span (its HTTP attributes stay); when the
+exchange is an LLM call (OpenAI-compatible or Ollama, recognised by path and
+JSON body by :mod:`protocols.genai`), the span is also a GenAI span by the
+GenAI semantic conventions: named ``{gen_ai.operation.name}
+{gen_ai.request.model}``, with ``gen_ai.*`` attributes, on both sides (the
+client's CLIENT span and the server's SERVER span).
+
+How it plugs in (:func:`attach`, called where pipelines are built:
+``otelbpf.agent.live_pipeline`` and ``otelbpf.replay.run_replay``):
+
+* :class:`GenAiLayer` observes HTTP/1 progress (``Pipeline.observe_progress``:
+  request body chunks, the response head, response body chunks, each with
+  its time). An exchange whose request path is an LLM endpoint gets an
+  :class:`~protocols.genai.LlmCall` (bounded state: see protocols/genai/llm.py);
+  every other exchange costs one string test per progress event and nothing
+  is kept for it.
+* When the exchange ends, the HTTP/1 span semantics asks the layer
+  (:meth:`GenAiLayer.annotate`), which takes the call's facts (dropping its
+  state) and adds the GenAI name and attributes. The GenAI metric
+  instruments (otelbpf/metrics/genai.py, registered under ``http1``) select
+  spans that carry ``gen_ai.operation.name``.
+
+State is per exchange, keyed by the exchange object (held, so its id cannot
+be reused), dropped when its span is built; at most ``max_calls`` calls are
+tracked at once (the oldest is dropped beyond, counted in
+``otelbpf.genai.calls.evicted``).
+
+``gen_ai.provider.name``: the well-known value for a known API host (the
+``Host`` header, else the peer), e.g. ``openai`` for ``api.openai.com``;
+otherwise ``ollama`` for Ollama's own API and ``openai_compatible`` for the
+OpenAI wire format served by anything else (see otelbpf/semconv.py).
+
+Private by default: prompt and completion text only with
+``SpanOptions.capture_genai_content`` (``--capture-genai-content``),
+truncated; no header but ``Host``/``User-Agent`` is ever read, so
+``Authorization`` and API keys are never exported.
+"""
+
+from __future__ import annotations
+
+import json
+
+from otelbpf import semconv as sc
+from otelbpf.identity import SpanStart
+from otelbpf.model import AttributeValue
+from protocols.base import ExchangeProgress, Phase
+from protocols.genai import Api, LlmCall, LlmFacts, Operation, match_endpoint
+
+#: LLM calls tracked at once (their state is bounded each: protocols/genai/llm.py).
+MAX_CALLS = 1024
+
+_OPERATIONS = {
+    Operation.CHAT: sc.GEN_AI_OPERATION_CHAT,
+    Operation.TEXT_COMPLETION: sc.GEN_AI_OPERATION_TEXT_COMPLETION,
+    Operation.EMBEDDINGS: sc.GEN_AI_OPERATION_EMBEDDINGS,
+}
+
+#: API hosts (exact, or a suffix when it starts with a dot) -> well-known provider.
+_PROVIDER_HOSTS: tuple[tuple[str, str], ...] = (
+    ("api.openai.com", sc.GEN_AI_PROVIDER_OPENAI),
+    (".openai.azure.com", sc.GEN_AI_PROVIDER_AZURE_OPENAI),
+    ("api.anthropic.com", sc.GEN_AI_PROVIDER_ANTHROPIC),
+    ("api.deepseek.com", sc.GEN_AI_PROVIDER_DEEPSEEK),
+    ("api.groq.com", sc.GEN_AI_PROVIDER_GROQ),
+    ("api.mistral.ai", sc.GEN_AI_PROVIDER_MISTRAL_AI),
+    ("api.moonshot.ai", sc.GEN_AI_PROVIDER_MOONSHOT_AI),
+    ("api.moonshot.cn", sc.GEN_AI_PROVIDER_MOONSHOT_AI),
+    ("api.perplexity.ai", sc.GEN_AI_PROVIDER_PERPLEXITY),
+    ("api.x.ai", sc.GEN_AI_PROVIDER_X_AI),
+    ("generativelanguage.googleapis.com", sc.GEN_AI_PROVIDER_GCP_GEMINI),
+    ("aiplatform.googleapis.com", sc.GEN_AI_PROVIDER_GCP_VERTEX_AI),
+)
+
+
+def provider_name(host: str, api: Api) -> str:
+    """``gen_ai.provider.name`` for a call to ``host`` in the ``api`` format."""
+    host = host.lower().rstrip(".")
+    for known, provider in _PROVIDER_HOSTS:
+        if host == known or (known[0] == "." and host.endswith(known)) or host.endswith("." + known):
+            return provider
+    if api is Api.OLLAMA:
+        return sc.GEN_AI_PROVIDER_OLLAMA
+    return sc.GEN_AI_PROVIDER_OPENAI_COMPATIBLE
+
+
+class GenAiLayer:
+    """Per-pipeline GenAI state: a progress observer for HTTP/1 and the span annotator."""
+
+    def __init__(self, capture_content: bool = False, counters=None, max_calls: int = MAX_CALLS) -> None:
+        self.capture_content = capture_content
+        self.counters = counters
+        self.max_calls = max_calls
+        #: id(exchange) -> (exchange, its call): LLM exchanges in flight.
+        self._calls: dict[int, tuple[object, LlmCall]] = {}
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    # -- progress (the pipeline's thread, per body chunk) -----------------------
+
+    def observe(self, start: SpanStart, progress: ExchangeProgress) -> None:
+        exchange = progress.exchange
+        entry = self._calls.get(id(exchange))
+        if entry is None or entry[0] is not exchange:
+            request = getattr(exchange, "request", None)
+            if request is None:
+                return
+            endpoint = match_endpoint(request.method, request.target)
+            if endpoint is None:
+                return  # not an LLM call: nothing kept
+            entry = (exchange, LlmCall(endpoint, self.capture_content))
+            if len(self._calls) >= self.max_calls:
+                del self._calls[next(iter(self._calls))]
+                self.evicted += 1
+                if self.counters is not None:
+                    self.counters.add("otelbpf.genai.calls.evicted")
+            self._calls[id(exchange)] = entry
+        call = entry[1]
+        phase = progress.phase
+        if phase == Phase.RESPONSE_BODY:
+            call.response_body(progress.ts_ns, progress.data)
+        elif phase == Phase.REQUEST_BODY:
+            call.request_body(progress.data)
+        elif phase == Phase.RESPONSE_START:
+            response = getattr(exchange, "response", None)
+            call.response_start(response.header("content-type") if response is not None else None)
+
+    # -- span (when the exchange ends) -------------------------------------------
+
+    def take(self, exchange) -> LlmFacts | None:
+        """The exchange's LLM facts (its state is dropped), or None if it is not an LLM call."""
+        entry = self._calls.pop(id(exchange), None)
+        if entry is None or entry[0] is not exchange:
+            return None
+        return entry[1].finish()
+
+    def annotate(self, exchange, attrs: dict[str, AttributeValue]) -> str | None:
+        """Add the GenAI attributes of ``exchange`` to its span's ``attrs`` (HTTP
+        attributes already there) and return the span name, or None when the
+        exchange is not an LLM call."""
+        if not self._calls:
+            return None
+        facts = self.take(exchange)
+        if facts is None:
+            return None
+        return genai_attributes(facts, exchange.start_ns, attrs)
+
+
+def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeValue]) -> str:
+    """Write ``facts`` as GenAI attributes into ``attrs``; return the span name."""
+    operation = _OPERATIONS[facts.endpoint.operation]
+    attrs[sc.GEN_AI_OPERATION_NAME] = operation
+    host = attrs.get(sc.SERVER_ADDRESS) or ""
+    attrs[sc.GEN_AI_PROVIDER_NAME] = provider_name(str(host), facts.endpoint.api)
+    if facts.request_model is not None:
+        attrs[sc.GEN_AI_REQUEST_MODEL] = facts.request_model
+    if facts.max_tokens is not None:
+        attrs[sc.GEN_AI_REQUEST_MAX_TOKENS] = facts.max_tokens
+    if facts.temperature is not None:
+        attrs[sc.GEN_AI_REQUEST_TEMPERATURE] = facts.temperature
+    if facts.top_p is not None:
+        attrs[sc.GEN_AI_REQUEST_TOP_P] = facts.top_p
+    if facts.stream is not None:
+        attrs[sc.GEN_AI_REQUEST_STREAM] = facts.stream
+    if facts.response_id is not None:
+        attrs[sc.GEN_AI_RESPONSE_ID] = facts.response_id
+    if facts.response_model is not None:
+        attrs[sc.GEN_AI_RESPONSE_MODEL] = facts.response_model
+    if facts.finish_reasons:
+        attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] = list(facts.finish_reasons)
+    if facts.input_tokens is not None:
+        attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = facts.input_tokens
+    if facts.output_tokens is not None:
+        attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = facts.output_tokens
+    if facts.streamed and facts.chunks:
+        attrs[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = max(facts.first_chunk_ns - start_ns, 0) / 1e9
+        attrs[sc.OTELBPF_GEN_AI_RESPONSE_CHUNKS] = facts.chunks
+        if facts.chunks > 1:
+            per_chunk = (facts.last_chunk_ns - facts.first_chunk_ns) / (facts.chunks - 1) / 1e9
+            attrs[sc.OTELBPF_GEN_AI_RESPONSE_TIME_PER_OUTPUT_CHUNK] = max(per_chunk, 0.0)
+    if facts.input_messages is not None:
+        attrs[sc.GEN_AI_INPUT_MESSAGES] = json.dumps(
+            [{"role": role, "parts": [{"type": "text", "content": text}]} for role, text in facts.input_messages],
+            ensure_ascii=False,
+        )
+    if facts.output_text is not None:
+        message: dict = {"role": "assistant", "parts": [{"type": "text", "content": facts.output_text}]}
+        if facts.finish_reasons:
+            message["finish_reason"] = facts.finish_reasons[0]
+        attrs[sc.GEN_AI_OUTPUT_MESSAGES] = json.dumps([message], ensure_ascii=False)
+    if facts.content_truncated:
+        attrs[sc.OTELBPF_GEN_AI_CONTENT_TRUNCATED] = True
+    model = facts.request_model or facts.response_model
+    return f"{operation} {model}" if model else operation
+
+
+def attach(pipeline) -> GenAiLayer | None:
+    """Give ``pipeline`` GenAI spans: observe HTTP/1 progress and annotate HTTP/1 spans.
+
+    Returns the layer, or None when the pipeline's registry has no HTTP/1
+    semantics that accepts one. The registry's HTTP/1 semantics must be its
+    own instance (``default_registry()`` makes one per registry), since the
+    layer is per pipeline.
+    """
+    semantics = pipeline.registry.semantics("http1")
+    if semantics is None or not hasattr(semantics, "genai"):
+        return None
+    existing = semantics.genai
+    if existing is not None and existing.observe in pipeline.progress_observers.get("http1", ()):
+        return existing  # attached already
+    layer = GenAiLayer(pipeline.options.capture_genai_content, pipeline.counters)
+    semantics.genai = layer
+    pipeline.observe_progress("http1", layer.observe)
+    return layer

@@ -1,0 +1,720 @@
+"""Which HTTP exchanges are LLM API calls, and what to keep of their bodies.
+
+Recognition is by request path first (cheap, :func:`match_endpoint`), then
+by body: a call whose request body is not a JSON object, or that names no
+model in its request or its response, yields no facts (it is some other
+application's ``/api/chat`` or ``/v1/responses``).
+
+Endpoints (POST only):
+
+=====================================  ===================  =================
+path                                   API                  operation
+=====================================  ===================  =================
+``.../v1/chat/completions``            OpenAI-compatible    chat
+``.../v1/completions``                 OpenAI-compatible    text_completion
+``.../v1/embeddings``                  OpenAI-compatible    embeddings
+``.../v1/responses``                   OpenAI Responses     chat
+``/api/chat``                          Ollama               chat
+``/api/generate``                      Ollama               text_completion
+``/api/embed``, ``/api/embeddings``    Ollama               embeddings
+=====================================  ===================  =================
+
+The OpenAI-style suffixes are recognised under any prefix containing
+``/v1/`` or starting with ``/openai/`` (Azure's ``/openai/deployments/X/...``).
+
+:class:`LlmCall` is the per-exchange state, fed by the HTTP exchange's body
+chunks as they cross the socket (``request_body``, ``response_start``,
+``response_body``) and read once at the end (``finish`` -> :class:`LlmFacts`).
+What it keeps is bounded by content, never a whole long body:
+
+* the request body: its first :data:`REQUEST_BODY_LIMIT` bytes (64 KiB) for
+  the JSON parse, plus its last :data:`TAIL_LIMIT` bytes; a longer body, or
+  one that does not parse (bytes past the agent's capture size are never
+  seen), is read best-effort by scanning the kept head and tail for top-level
+  keys (``model``, ``max_tokens``, ...), first occurrence in the head, last in
+  the tail;
+* a streamed response (SSE for OpenAI, NDJSON for Ollama) is parsed event by
+  event as it arrives: each event (at most 64 KiB) is decoded and dropped,
+  keeping only ids, models, finish reasons, the latest usage, the first and
+  last output-chunk times and the chunk count, so the final usage chunk of a
+  response of any length is always seen; an event over 64 KiB (the Responses
+  API's ``response.completed`` repeats the whole output) is read from its
+  first 64 KiB and last 16 KiB like an oversized body;
+* a non-streamed JSON response: its first :data:`RESPONSE_BODY_LIMIT` bytes
+  (64 KiB) plus its last :data:`TAIL_LIMIT` bytes; when it fits it is parsed
+  whole, otherwise the head and tail are scanned like an oversized request
+  (an embeddings response's ``usage`` and ``model`` come last: the tail
+  keeps them).
+
+An *output chunk* is a streamed event that carries output: a non-empty
+content, text, reasoning or tool-call delta (OpenAI), a ``*.delta`` event
+(Responses API), a non-empty ``message.content``/``response``/``thinking``
+(Ollama). Role-only first chunks, usage-only last chunks and ``[DONE]`` are
+not output: a server that sends its role chunk at once does not fake a
+short time to first token.
+
+Prompt and completion text are kept only when ``capture_content`` is set,
+at most ``content_limit`` characters each (prompt, completion). Nothing here ever raises: a
+malformed body yields fewer facts (``errors`` counts internal failures).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from protocols.genai.sse import LineSplitter, SseEvent, SseParser
+
+#: Request-body bytes kept for the JSON parse.
+REQUEST_BODY_LIMIT = 64 * 1024
+#: Non-streamed response-body bytes kept for the JSON parse.
+RESPONSE_BODY_LIMIT = 64 * 1024
+#: Bytes kept of the end of a body too long for its limit (for trailing keys such as ``usage``).
+TAIL_LIMIT = 16 * 1024
+#: Characters of prompt text, and of completion text, kept when content capture is on.
+CONTENT_LIMIT = 16 * 1024
+#: Choices (``n``) whose finish reasons are tracked.
+MAX_CHOICES = 16
+#: Attempts per key when scanning an oversized body.
+_MAX_SCAN_ATTEMPTS = 8
+_DECODER = json.JSONDecoder()
+
+
+class Operation(enum.Enum):
+    """What the call does; values are the GenAI conventions' operation names."""
+
+    CHAT = "chat"
+    TEXT_COMPLETION = "text_completion"
+    EMBEDDINGS = "embeddings"
+
+
+class Api(enum.Enum):
+    """The wire format family (decides which JSON fields mean what)."""
+
+    OPENAI = "openai"  # chat/completions, completions, embeddings
+    OPENAI_RESPONSES = "openai_responses"  # /v1/responses
+    OLLAMA = "ollama"  # /api/chat, /api/generate, /api/embed
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    api: Api
+    operation: Operation
+
+
+_OPENAI_SUFFIXES: tuple[tuple[str, Endpoint], ...] = (
+    ("/chat/completions", Endpoint(Api.OPENAI, Operation.CHAT)),
+    ("/completions", Endpoint(Api.OPENAI, Operation.TEXT_COMPLETION)),
+    ("/embeddings", Endpoint(Api.OPENAI, Operation.EMBEDDINGS)),
+    ("/responses", Endpoint(Api.OPENAI_RESPONSES, Operation.CHAT)),
+)
+_OLLAMA_PATHS: dict[str, Endpoint] = {
+    "/api/chat": Endpoint(Api.OLLAMA, Operation.CHAT),
+    "/api/generate": Endpoint(Api.OLLAMA, Operation.TEXT_COMPLETION),
+    "/api/embed": Endpoint(Api.OLLAMA, Operation.EMBEDDINGS),
+    "/api/embeddings": Endpoint(Api.OLLAMA, Operation.EMBEDDINGS),
+}
+
+
+def match_endpoint(method: str, target: str) -> Endpoint | None:
+    """The LLM endpoint a request-target names, or None. Cheap: string tests only."""
+    if method != "POST" or not target:
+        return None
+    if target[0] != "/":
+        if not target.startswith(("http://", "https://")):
+            return None
+        rest = target.partition("://")[2]
+        slash = rest.find("/")
+        target = rest[slash:] if slash >= 0 else "/"
+    path = target.partition("?")[0].partition("#")[0]
+    if len(path) > 1 and path[-1] == "/":
+        path = path[:-1]
+    endpoint = _OLLAMA_PATHS.get(path)
+    if endpoint is not None:
+        return endpoint
+    if "/v1/" not in path and not path.startswith("/openai/"):
+        return None
+    for suffix, endpoint in _OPENAI_SUFFIXES:
+        if path.endswith(suffix):
+            return endpoint
+    return None
+
+
+@dataclass(slots=True)
+class LlmFacts:
+    """What one LLM call showed on the wire (None: not seen)."""
+
+    endpoint: Endpoint
+    request_model: str | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    stream: bool | None = None
+    response_id: str | None = None
+    response_model: str | None = None
+    finish_reasons: tuple[str, ...] = ()
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    #: The response was streamed (SSE or NDJSON), whatever the request asked.
+    streamed: bool = False
+    #: Times (the syscall's) of the first and last output chunks, and their count.
+    first_chunk_ns: int = 0
+    last_chunk_ns: int = 0
+    chunks: int = 0
+    #: With content capture only: (role, text) per input message, and the output text.
+    input_messages: list[tuple[str, str]] | None = None
+    output_text: str | None = None
+    #: Some content was cut to the capture limit.
+    content_truncated: bool = False
+
+
+_SSE, _NDJSON, _JSON = 1, 2, 3
+
+
+class LlmCall:
+    """One LLM call's state, fed with its exchange's body chunks in order."""
+
+    __slots__ = (
+        "endpoint", "capture_content", "request_limit", "response_limit", "content_limit", "errors",
+        "_req_head", "_req_tail", "_req_size", "_request", "_mode", "_sse", "_lines",
+        "_resp_head", "_resp_tail", "_resp_size", "_facts", "_finish", "_output", "_budget", "_ended",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        capture_content: bool = False,
+        request_limit: int = REQUEST_BODY_LIMIT,
+        response_limit: int = RESPONSE_BODY_LIMIT,
+        content_limit: int = CONTENT_LIMIT,
+    ) -> None:
+        self.endpoint = endpoint
+        self.capture_content = capture_content
+        self.request_limit = request_limit
+        self.response_limit = response_limit
+        self.content_limit = content_limit
+        #: Internal failures swallowed (a bug, not bad input: bad input is just ignored).
+        self.errors = 0
+        self._req_head = bytearray()
+        self._req_tail = b""
+        self._req_size = 0
+        self._request: dict | None = None  # parsed lazily
+        self._mode = 0
+        self._sse: SseParser | None = None
+        self._lines: LineSplitter | None = None
+        self._resp_head = bytearray()
+        self._resp_tail = b""
+        self._resp_size = 0
+        self._facts = LlmFacts(endpoint)
+        self._finish: dict[int, str] = {}
+        self._output: list[str] = []
+        self._budget = content_limit
+        self._ended = False
+
+    # -- feeding ---------------------------------------------------------------
+
+    @property
+    def buffered(self) -> int:
+        """Bytes held (bounded by the limits, whatever was fed)."""
+        held = len(self._req_head) + len(self._req_tail) + len(self._resp_head) + len(self._resp_tail)
+        if self._sse is not None:
+            held += self._sse.buffered
+        if self._lines is not None:
+            held += self._lines.buffered
+        return held
+
+    def request_body(self, data: bytes) -> None:
+        try:
+            self._req_size += len(data)
+            self._req_head, self._req_tail = _keep(self._req_head, self._req_tail, data, self.request_limit)
+        except Exception:  # noqa: BLE001 - never raise on what a traced program sends
+            self.errors += 1
+
+    def response_start(self, content_type: str | None) -> None:
+        """The response head arrived; its Content-Type picks the body's format."""
+        try:
+            kind = (content_type or "").partition(";")[0].strip().lower()
+            if kind == "text/event-stream":
+                self._start_mode(_SSE)
+            elif kind in ("application/x-ndjson", "application/jsonl", "application/jsonlines"):
+                self._start_mode(_NDJSON)
+            elif kind:
+                self._start_mode(_JSON)
+        except Exception:  # noqa: BLE001
+            self.errors += 1
+
+    def response_body(self, ts_ns: int, data: bytes) -> None:
+        try:
+            if not self._mode:
+                self._sniff(data)
+            mode = self._mode
+            if mode == _SSE:
+                assert self._sse is not None
+                for event in self._sse.feed(data):
+                    self._on_sse(ts_ns, event)
+            elif mode == _NDJSON:
+                assert self._lines is not None
+                for line, tail in self._lines.feed(data):
+                    self._on_ndjson(ts_ns, line, tail)
+            elif mode == _JSON:
+                self._resp_size += len(data)
+                self._resp_head, self._resp_tail = _keep(self._resp_head, self._resp_tail, data, self.response_limit)
+        except Exception:  # noqa: BLE001
+            self.errors += 1
+
+    def finish(self) -> LlmFacts | None:
+        """The facts, once the exchange is over; None if the request was not a JSON object."""
+        try:
+            return self._finish_facts()
+        except Exception:  # noqa: BLE001
+            self.errors += 1
+            return None
+
+    # -- request ---------------------------------------------------------------
+
+    def request(self) -> dict | None:
+        """The request's top-level fields (parsed once; best effort when over the limit)."""
+        if self._request is None:
+            self._request = self._parse_request()
+        return self._request if self._request else None
+
+    def _parse_request(self) -> dict:
+        head = self._req_head
+        first = head.lstrip()[:1]
+        if first != b"{":
+            return {}  # not a JSON object: not an LLM call
+        if self._req_size <= self.request_limit:
+            parsed = _loads(bytes(head))
+            if parsed is not None:
+                return parsed
+        # Over the limit, or not parsable as a whole (bytes the capture did not copy): best effort.
+        text_head = head.decode("utf-8", "replace")
+        text_tail = self._req_tail.decode("utf-8", "replace")
+        out: dict = {}
+        for key in ("model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens", "temperature", "top_p", "options"):
+            value = _scan(text_head, key, last=False)
+            if value is None:
+                value = _scan(text_tail, key, last=True)
+            if value is not None:
+                out[key] = value
+        out["\0truncated"] = True
+        return out
+
+    # -- response --------------------------------------------------------------
+
+    def _start_mode(self, mode: int) -> None:
+        if self._mode:
+            return
+        self._mode = mode
+        if mode == _SSE:
+            self._sse = SseParser()
+            self._facts.streamed = True
+        elif mode == _NDJSON:
+            self._lines = LineSplitter()
+            self._facts.streamed = True
+
+    def _sniff(self, data: bytes) -> None:
+        first = data.lstrip()[:1]
+        if not first:
+            return
+        if first in (b"d", b"e", b":", b"i", b"r"):  # data:, event:, comment, id:, retry:
+            self._start_mode(_SSE)
+        elif first == b"{" and self.endpoint.api is Api.OLLAMA and self._request_stream() is not False:
+            self._start_mode(_NDJSON)
+        else:
+            self._start_mode(_JSON)
+
+    def _request_stream(self) -> bool | None:
+        request = self.request()
+        if request is None:
+            return None
+        stream = request.get("stream")
+        if isinstance(stream, bool):
+            return stream
+        if self.endpoint.api is Api.OLLAMA and self.endpoint.operation is not Operation.EMBEDDINGS:
+            return True  # Ollama streams unless told not to
+        if self.endpoint.operation is Operation.EMBEDDINGS:
+            return None
+        return False
+
+    def _chunk(self, ts_ns: int) -> None:
+        facts = self._facts
+        if facts.chunks == 0:
+            facts.first_chunk_ns = ts_ns
+        facts.chunks += 1
+        facts.last_chunk_ns = ts_ns
+
+    def _on_sse(self, ts_ns: int, event: SseEvent) -> None:
+        if event.truncated:  # too big to keep: output, and its ends may still hold ids and usage
+            if self.endpoint.api is Api.OPENAI_RESPONSES:
+                if event.event.endswith(".delta") or event.data.find(b'.delta"', 0, 200) >= 0:
+                    self._chunk(ts_ns)
+                    return
+                self._responses_object(self._scan_object(event.data, event.tail, b'"response"'), streamed=True)
+                return
+            self._chunk(ts_ns)
+            self._openai_fields(self._scan_object(event.data, event.tail))
+            return
+        data = event.data.strip()
+        if not data or data == b"[DONE]":
+            return
+        obj = _loads(data)
+        if obj is None:
+            return
+        if self.endpoint.api is Api.OPENAI_RESPONSES:
+            self._responses_event(ts_ns, obj)
+        else:
+            if self._openai_object(obj, streamed=True):
+                self._chunk(ts_ns)
+
+    def _on_ndjson(self, ts_ns: int, line: bytes, tail: bytes | None) -> None:
+        if tail is not None:  # a line too long to keep: output; its end may hold the counts
+            self._chunk(ts_ns)
+            self._ollama_object(self._scan_object(line, tail))
+            return
+        line = line.strip()
+        if not line:
+            return
+        obj = _loads(line)
+        if obj is not None and self._ollama_object(obj):
+            self._chunk(ts_ns)
+
+    def _ids(self, obj: dict) -> None:
+        facts = self._facts
+        if facts.response_id is None:
+            value = obj.get("id")
+            if isinstance(value, str) and value:
+                facts.response_id = value
+        value = obj.get("model")
+        if isinstance(value, str) and value:
+            facts.response_model = value
+
+    def _usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        facts = self._facts
+        tokens = _int(usage.get("prompt_tokens"))
+        if tokens is None:
+            tokens = _int(usage.get("input_tokens"))
+        if tokens is not None:
+            facts.input_tokens = tokens
+        tokens = _int(usage.get("completion_tokens"))
+        if tokens is None:
+            tokens = _int(usage.get("output_tokens"))
+        if tokens is not None:
+            facts.output_tokens = tokens
+
+    def _openai_object(self, obj: dict, streamed: bool) -> bool:
+        """A chat/completions/embeddings response or stream chunk; True if it carries output."""
+        self._ids(obj)
+        self._usage(obj.get("usage"))
+        choices = obj.get("choices")
+        output = False
+        if isinstance(choices, list):
+            for position, choice in enumerate(choices[:MAX_CHOICES]):
+                if not isinstance(choice, dict):
+                    continue
+                index = choice.get("index")
+                index = index if isinstance(index, int) and not isinstance(index, bool) else position
+                reason = choice.get("finish_reason")
+                if isinstance(reason, str) and reason and (index in self._finish or len(self._finish) < MAX_CHOICES):
+                    self._finish[index] = reason
+                message = choice.get("delta" if streamed else "message")
+                if isinstance(message, dict):
+                    content = message.get("content")
+                    if isinstance(content, str) and content:
+                        output = True
+                        self._capture_output(content)
+                    if message.get("tool_calls") or message.get("reasoning_content") or message.get("reasoning"):
+                        output = True
+                text = choice.get("text")
+                if isinstance(text, str) and text:
+                    output = True
+                    self._capture_output(text)
+        return output
+
+    def _responses_event(self, ts_ns: int, obj: dict) -> None:
+        kind = obj.get("type")
+        if not isinstance(kind, str):
+            return
+        if kind.endswith(".delta"):
+            self._chunk(ts_ns)
+            delta = obj.get("delta")
+            if kind == "response.output_text.delta" and isinstance(delta, str):
+                self._capture_output(delta)
+            return
+        response = obj.get("response")
+        if isinstance(response, dict):
+            self._responses_object(response, streamed=True)
+
+    def _responses_object(self, obj: dict, streamed: bool) -> None:
+        self._ids(obj)
+        self._usage(obj.get("usage"))
+        status = obj.get("status")
+        details = obj.get("incomplete_details")
+        reason = details.get("reason") if isinstance(details, dict) else None
+        if isinstance(reason, str) and reason:
+            self._finish[0] = reason
+        elif isinstance(status, str) and status in ("completed", "incomplete", "failed", "cancelled"):
+            self._finish[0] = status
+        if not streamed and self.capture_content:
+            for item in obj.get("output") or ():
+                if isinstance(item, dict):
+                    for part in item.get("content") or ():
+                        if isinstance(part, dict) and isinstance(part.get("text"), str):
+                            self._capture_output(part["text"])
+
+    def _ollama_object(self, obj: dict) -> bool:
+        """An Ollama response or stream line; True if it carries output."""
+        facts = self._facts
+        value = obj.get("model")
+        if isinstance(value, str) and value:
+            facts.response_model = value
+        tokens = _int(obj.get("prompt_eval_count"))
+        if tokens is not None:
+            facts.input_tokens = tokens
+        tokens = _int(obj.get("eval_count"))
+        if tokens is not None:
+            facts.output_tokens = tokens
+        reason = obj.get("done_reason")
+        if isinstance(reason, str) and reason:
+            self._finish[0] = reason
+        output = False
+        message = obj.get("message")
+        if isinstance(message, dict):
+            content = message.get("content")
+            if isinstance(content, str) and content:
+                output = True
+                self._capture_output(content)
+            if message.get("thinking") or message.get("tool_calls"):
+                output = True
+        text = obj.get("response")
+        if isinstance(text, str) and text:
+            output = True
+            self._capture_output(text)
+        if obj.get("thinking"):
+            output = True
+        return output
+
+    def _json_response(self) -> None:
+        head = self._resp_head
+        if head.lstrip()[:1] != b"{":
+            return
+        if self._resp_size <= self.response_limit:
+            obj = _loads(bytes(head))
+            if obj is None:
+                return
+            api = self.endpoint.api
+            if api is Api.OLLAMA:
+                self._ollama_object(obj)
+            elif api is Api.OPENAI_RESPONSES:
+                self._responses_object(obj, streamed=False)
+            else:
+                self._openai_object(obj, streamed=False)
+            return
+        # Too long to parse whole (embeddings vectors): the head and tail hold the rest.
+        obj = self._scan_object(head, self._resp_tail)
+        if self.endpoint.api is Api.OLLAMA:
+            self._ollama_object(obj)
+        elif self.endpoint.api is Api.OPENAI_RESPONSES:
+            self._responses_object(obj, streamed=True)
+        else:
+            self._openai_fields(obj)
+
+    def _openai_fields(self, obj: dict) -> None:
+        self._ids(obj)
+        self._usage(obj.get("usage"))
+
+    @staticmethod
+    def _scan_object(head: bytes | bytearray, tail: bytes, skip_to: bytes = b"") -> dict:
+        """Top-level-looking fields of a JSON object known only by its head and tail (best effort):
+        ids and models from the head (after ``skip_to`` when given), the rest from the tail."""
+        if skip_to:
+            found = head.find(skip_to)
+            head = head[found:] if found >= 0 else head
+        text_head = head.decode("utf-8", "replace")
+        text_tail = tail.decode("utf-8", "replace")
+        obj: dict = {}
+        for key in ("id", "model"):  # leading fields (an embeddings list puts its model last: the tail)
+            value = _scan(text_head, key, last=False)
+            if value is None:
+                value = _scan(text_tail, key, last=True)
+            if value is not None:
+                obj[key] = value
+        for key in ("usage", "prompt_eval_count", "eval_count", "done_reason", "status", "incomplete_details"):
+            value = _scan(text_tail, key, last=True)
+            if value is None:
+                value = _scan(text_head, key, last=False)
+            if value is not None:
+                obj[key] = value
+        return obj
+
+    # -- content ---------------------------------------------------------------
+
+    def _capture_output(self, text: str) -> None:
+        if not self.capture_content:
+            return
+        if self._budget <= 0:
+            self._facts.content_truncated = True
+            return
+        if len(text) > self._budget:
+            text = text[: self._budget]
+            self._facts.content_truncated = True
+        self._budget -= len(text)
+        self._output.append(text)
+
+    def _capture_input(self, request: dict) -> list[tuple[str, str]]:
+        messages: list[tuple[str, str]] = []
+        raw = request.get("messages")
+        if isinstance(raw, list):
+            for message in raw:
+                if isinstance(message, dict):
+                    role = message.get("role")
+                    messages.append((role if isinstance(role, str) else "user", _text_of(message.get("content"))))
+        for key in ("instructions", "system"):
+            if isinstance(request.get(key), str):
+                messages.insert(0, ("system", request[key]))
+        for key in ("prompt", "input"):
+            value = request.get(key)
+            if value is not None and not isinstance(value, dict):
+                if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+                    for item in value:  # Responses API input items
+                        role = item.get("role")
+                        messages.append((role if isinstance(role, str) else "user", _text_of(item.get("content"))))
+                else:
+                    messages.append(("user", _text_of(value)))
+        kept: list[tuple[str, str]] = []
+        budget = self.content_limit  # the input's own budget: the output has another
+        for role, text in messages:
+            if budget <= 0:
+                self._facts.content_truncated = True
+                break
+            if len(text) > budget:
+                text = text[:budget]
+                self._facts.content_truncated = True
+            budget -= len(text)
+            kept.append((role, text))
+        return kept
+
+    # -- the end -----------------------------------------------------------------
+
+    def _finish_facts(self) -> LlmFacts | None:
+        facts = self._facts
+        if self._ended:  # finish() once; a second call gets the same answer
+            return facts if facts.request_model is not None or facts.response_model is not None else None
+        request = self.request()
+        if request is None:
+            return None
+        self._ended = True
+        api = self.endpoint.api
+        model = request.get("model")
+        if isinstance(model, str) and model:
+            facts.request_model = model
+        options = request.get("options") if api is Api.OLLAMA else None
+        params = options if isinstance(options, dict) else request
+        facts.temperature = _float(params.get("temperature"))
+        facts.top_p = _float(params.get("top_p"))
+        if api is Api.OLLAMA:
+            facts.max_tokens = _int(params.get("num_predict"))
+        elif api is Api.OPENAI_RESPONSES:
+            facts.max_tokens = _int(request.get("max_output_tokens"))
+        else:
+            facts.max_tokens = _int(request.get("max_completion_tokens"))
+            if facts.max_tokens is None:
+                facts.max_tokens = _int(request.get("max_tokens"))
+        facts.stream = self._request_stream()
+        if self.capture_content and "\0truncated" not in request:
+            facts.input_messages = self._capture_input(request)
+        elif self.capture_content:
+            facts.content_truncated = True
+        if self._mode == _JSON:
+            self._json_response()
+        elif self._mode == _NDJSON and self._lines is not None:
+            last = self._lines.pending()  # a last line without its newline
+            if last is not None and last[1] is None:
+                obj = _loads(last[0].strip())
+                if obj is not None and self._ollama_object(obj):
+                    self._chunk(facts.last_chunk_ns)
+        if facts.request_model is None and facts.response_model is None:
+            # Every API here names a model in the request or the response (Azure's
+            # deployments in the response): without one this is some other
+            # application's /api/chat or /v1/responses, not an LLM call.
+            return None
+        if self._finish:
+            facts.finish_reasons = tuple(self._finish[index] for index in sorted(self._finish))
+        if self.capture_content and self._output:
+            facts.output_text = "".join(self._output)
+        return facts
+
+
+def _keep(head: bytearray, tail: bytes, data: bytes, limit: int) -> tuple[bytearray, bytes]:
+    """Append ``data`` to a body kept as its first ``limit`` bytes plus its last TAIL_LIMIT bytes."""
+    room = limit - len(head)
+    if room > 0:
+        head += data[:room]
+        data = data[room:]
+    if data:
+        tail = (tail + data)[-TAIL_LIMIT:] if len(data) < TAIL_LIMIT else data[-TAIL_LIMIT:]
+    return head, tail
+
+
+def _loads(data: bytes) -> dict | None:
+    """A JSON object, or None (anything else, or not JSON)."""
+    try:
+        obj = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return obj if isinstance(obj, dict) else None
+
+
+def _scan(text: str, key: str, last: bool) -> Any:
+    """The value after ``"key":`` in a JSON fragment (first or last occurrence not in a string)."""
+    needle = f'"{key}"'
+    index = text.rfind(needle) if last else text.find(needle)
+    attempts = 0
+    while index >= 0 and attempts < _MAX_SCAN_ATTEMPTS:
+        attempts += 1
+        if index == 0 or text[index - 1] != "\\":
+            pos = index + len(needle)
+            while pos < len(text) and text[pos] in " \t\r\n":
+                pos += 1
+            if pos < len(text) and text[pos] == ":":
+                pos += 1
+                while pos < len(text) and text[pos] in " \t\r\n":
+                    pos += 1
+                try:
+                    return _DECODER.raw_decode(text, pos)[0]
+                except (ValueError, RecursionError):
+                    pass
+        index = text.rfind(needle, 0, index) if last else text.find(needle, index + 1)
+    return None
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None
+
+
+def _float(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        number = float(value)
+        return number if number == number and abs(number) != float("inf") else None
+    return None
+
+
+def _text_of(content: Any) -> str:
+    """Text of a message content: a string, or the text parts of a list of parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, dict) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+        return "".join(parts)
+    return "" if content is None else json.dumps(content, default=str)[:1024]
