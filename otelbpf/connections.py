@@ -99,32 +99,22 @@ class Connection:
         self._probe_events: list[DataEvent | DatagramEvent] = []
         self._parse_errors_seen = 0
 
+    def take_identity(self, other: ConnOpen | "Connection") -> None:
+        """The socket's tuple, role, process name and socket identities, from
+        its open record or from another entry of the same socket."""
+        for name in _IDENTITY:
+            setattr(self, name, getattr(other, name))
+
     @classmethod
     def from_open(cls, event: ConnOpen) -> "Connection":
         conn = cls(event.conn_id, event.pid, event.fd, event.ts_ns)
-        conn.family = event.family
-        conn.local_addr = event.local_addr
-        conn.local_port = event.local_port
-        conn.peer_addr = event.peer_addr
-        conn.peer_port = event.peer_port
-        conn.role_hint = event.role_hint
-        conn.comm = event.comm
-        conn.sock_id = event.sock_id
-        conn.peer_sock_id = event.peer_sock_id
+        conn.take_identity(event)
         return conn
 
     def derived(self, key: int | tuple, source: int, opened_ns: int) -> "Connection":
         """Another entry of the same socket (another source, or a datagram flow): same tuple and process."""
         conn = Connection(self.conn_id, self.pid, self.fd, opened_ns)
-        conn.family = self.family
-        conn.local_addr = self.local_addr
-        conn.local_port = self.local_port
-        conn.peer_addr = self.peer_addr
-        conn.peer_port = self.peer_port
-        conn.role_hint = self.role_hint
-        conn.comm = self.comm
-        conn.sock_id = self.sock_id
-        conn.peer_sock_id = self.peer_sock_id
+        conn.take_identity(self)
         conn.source = source
         conn.key = key
         return conn
@@ -133,6 +123,11 @@ class Connection:
     def protocol(self) -> str:
         return self.session.protocol if self.session is not None else ""
 
+
+#: What entries of one socket share (ConnOpen and Connection both have these).
+_IDENTITY = (
+    "family", "local_addr", "local_port", "peer_addr", "peer_port", "role_hint", "comm", "sock_id", "peer_sock_id",
+)  # fmt: skip
 
 ExchangeHandler = Callable[[Connection, DataEvent | DatagramEvent | None, list[SessionEvent]], None]
 
