@@ -6,10 +6,11 @@ automatically on load, the uprobes per process through
 :class:`otelbpf.sources.uprobes.UprobeAttacher`.
 
 The kernel side submits records without waking us (BPF_RB_NO_WAKEUP), so the
-agent calls :meth:`EbpfSource.read` on a timer (~10 ms): per DESIGN.md's
-measurements that keeps the traced server at ~0.8x instead of ~0.57x with a
-wake-up per event. Records are copied out in the BCC callback and decoded in
-one batch with ``struct`` (faster than BCC's ctypes ``.event()``).
+agent calls :meth:`EbpfSource.read` on a timer (~10 ms): measured, that kept
+the traced server at ~0.8x instead of ~0.57x with a wake-up per event
+(docs/architecture.md, "Measured costs"). Records are drained from the mapped
+ring by :mod:`otelbpf.sources.ringbuf` (no Python call per record; BCC's
+callback is the fallback) and decoded in one batch with ``struct``.
 """
 
 from __future__ import annotations
@@ -488,7 +489,7 @@ class EbpfSource:
 
     def _on_record(self, _ctx, data, size) -> int:
         self._raw.append(ctypes.string_at(data, size))
-        return 0  # returning None halves BCC's callback rate (DESIGN.md)
+        return 0  # returning None halves BCC's callback rate (docs/architecture.md, "Measured costs")
 
     def read(self) -> list[Event]:
         """Drain what the kernel submitted since the last call; never blocks."""
