@@ -27,9 +27,9 @@ import textwrap
 
 import pytest
 from conftest import EXAMPLES
-from otlp_receiver import ReceivedSpan, attributes_dict
+from otlp_receiver import attributes_dict
+from test_ebpf_http import spans_in_file
 
-from otelbpf.export import read_json_file
 from otelbpf.metrics import read_metrics_json_file
 
 pytestmark = pytest.mark.ebpf
@@ -72,17 +72,6 @@ CLIENT_SCRIPT = textwrap.dedent(
     print(json.dumps(out), flush=True)
     """
 ).replace("SECRET", repr(SECRET))
-
-
-def spans_in_file(path) -> list[ReceivedSpan]:
-    out = []
-    for request in read_json_file(path):
-        for resource_spans in request.resource_spans:
-            resource = attributes_dict(resource_spans.resource.attributes)
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    out.append(ReceivedSpan(span, resource, scope_spans.scope.name, scope_spans.scope.version))
-    return out
 
 
 def metric_names(path) -> dict[str, list[dict]]:
