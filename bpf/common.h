@@ -175,6 +175,35 @@ static __always_inline __u64 syscall_arg(void *regs, int n)
     return 0;
 }
 
+/* Bytes of ring space a record of `size` takes: an 8-byte header, then the
+ * record rounded up to 8 (kernel/bpf/ringbuf.c). */
+#define RING_RECORD_BYTES(size) (8 + (((size) + 7) & ~7ULL))
+#define RING_BYTES ((__u64)RINGBUF_PAGES * 4096)
+
+/* BCC 0.26 rewrites events.ringbuf_output/reserve/submit/discard but not
+ * ringbuf_query: borrow ringbuf_output's rewrite (which supplies the map) and
+ * turn it into bpf_ringbuf_query for the next two lines only. */
+#define bpf_ringbuf_output(map, data, size, flags) bpf_ringbuf_query(map, flags)
+static __always_inline __u64 ring_unconsumed_bytes(void)
+{
+    char unused = 0;
+    return (__u64)events.ringbuf_output(&unused, 0, BPF_RB_AVAIL_DATA);
+}
+#undef bpf_ringbuf_output
+
+/* True when a record of `size` cannot fit in the ring now: the probe then
+ * counts the loss and returns before copying any payload, so a full ring
+ * (an agent that cannot keep up) costs the traced process almost nothing.
+ * The answer can be stale by other CPUs' records; ringbuf_output still
+ * fails (and is counted) in that race. */
+static __always_inline int ring_full_for(__u64 size)
+{
+    if (ring_unconsumed_bytes() + RING_RECORD_BYTES(size) <= RING_BYTES)
+        return 0;
+    count_stat(STAT_LOST);
+    return 1;
+}
+
 static __always_inline int submit_stat(void *rec, __u64 size)
 {
     if (events.ringbuf_output(rec, size, BPF_RB_NO_WAKEUP) != 0) {

@@ -421,6 +421,9 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io)
     __u64 conn_id = connection_for(id, io);
     if (!conn_id)
         return 0;
+    __u64 wanted = io->total < CAPTURE_BYTES ? io->total : CAPTURE_BYTES;
+    if (ring_full_for(sizeof(struct event_hdr) + wanted))
+        return 0;
     int zero = 0;
     struct data_record *rec = scratch.lookup(&zero);
     if (!rec)
@@ -463,6 +466,9 @@ static __always_inline int emit_datagram(__u64 id, struct sock_io *io)
 {
     __u64 conn_id = connection_for(id, io);
     if (!conn_id)
+        return 0;
+    __u64 wanted = io->total < CAPTURE_BYTES ? io->total : CAPTURE_BYTES;
+    if (ring_full_for(sizeof(struct event_hdr) + sizeof(struct datagram_info) + wanted))
         return 0;
     int zero = 0;
     struct datagram_record *rec = dgram_scratch.lookup(&zero);

@@ -235,6 +235,51 @@ def test_bodies_larger_than_the_capture_size_are_counted_not_lost(services, agen
     assert run.stats()["otelbpf.payload.truncated"] >= 3
 
 
+# Sends one POST whose 2.4 MB body goes out in 600 send()s of 4 KiB once told to
+# on stdin: 600 records of ~4 KiB each, more than a 1 MiB ring holds.
+RING_FILLER = """
+import socket, sys
+port = int(sys.argv[1])
+sys.stdin.readline()
+chunk = b"z" * 4096
+with socket.create_connection(("127.0.0.1", port)) as conn:
+    conn.sendall(b"POST /predict HTTP/1.1\\r\\nHost: x\\r\\nContent-Length: %d\\r\\n\\r\\n" % (600 * len(chunk)))
+    for _ in range(600):
+        conn.sendall(chunk)
+    conn.recv(65536)
+"""
+
+
+def test_a_full_ring_drops_are_counted_and_tracing_recovers(services, agent, tmp_path):
+    """An agent that cannot keep up (here: stopped) fills the ring; the probes then
+    count each record they cannot fit (bpf/common.h ring_full_for) instead of
+    copying it, and once the agent reads again, new requests are traced whole."""
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "0"])
+    filler = subprocess.Popen([sys.executable, "-c", RING_FILLER, str(backend.port)], stdin=subprocess.PIPE, text=True)
+    try:
+        out = tmp_path / "spans.json"
+        run = agent(["--pid", str(backend.pid), "--pid", str(filler.pid), "--ring-buffer-mb", "1", "--json-file", str(out)])
+        run.proc.send_signal(signal.SIGSTOP)
+        try:
+            filler.communicate("go\n", timeout=30)
+        finally:
+            run.proc.send_signal(signal.SIGCONT)
+    finally:
+        filler.kill()
+    assert filler.returncode == 0
+    time.sleep(1.0)  # let the agent drain what did fit
+    url = f"http://127.0.0.1:{backend.port}"
+    for i in range(3):
+        subprocess.run(["curl", "-sf", "-o", "/dev/null", f"{url}/items/after-{i}"], check=True)
+    assert run.stop() == 0
+    assert run.stats().get("otelbpf.events.lost", 0) > 0, run.stats()
+    after = [s for s in spans_in_file(out) if "after-" in s.attributes.get("url.path", "")]
+    assert sorted(s.attributes["url.path"] for s in after) == [f"/items/after-{i}" for i in range(3)]
+    for s in after:
+        assert s.span.kind == SERVER
+        assert s.attributes["http.response.status_code"] == 200
+
+
 def test_sendfile_body_is_counted_and_marked(services, agent, tmp_path):
     server = services([str(CLIENTS / "sendfile_server.py"), "300000"])
     out = tmp_path / "spans.json"
