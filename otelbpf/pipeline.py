@@ -50,6 +50,7 @@ from protocols.base import (
     ExchangeProgress,
     ExchangeStarted,
     Outcome,
+    ProgressFilter,
     SessionEvent,
 )
 
@@ -62,6 +63,16 @@ class SpanConsumer(Protocol):
 #: Told of every progress event of a protocol's exchanges (e.g. streamed
 #: chunks for time-to-first-token), with the exchange's identity.
 ProgressObserver = Callable[[SpanStart, ExchangeProgress], None]
+
+
+def _any_of(filters: list[ProgressFilter | None]) -> ProgressFilter | None:
+    """One filter accepting what any of ``filters`` accepts (None if one is None)."""
+    if any(f is None for f in filters):
+        return None
+    if len(filters) == 1:
+        return filters[0]
+    chosen = tuple(filters)
+    return lambda exchange: any(f(exchange) for f in chosen)
 
 
 class Pipeline:
@@ -97,6 +108,8 @@ class Pipeline:
         )
         #: Observers of progress events, by protocol id (see observe_progress).
         self.progress_observers: dict[str, list[ProgressObserver]] = {}
+        #: Their filters, in the same order (None: every exchange).
+        self._progress_wanted: dict[str, list[ProgressFilter | None]] = {}
         #: Spans whose exchange started and has not ended: id(exchange) -> start.
         self._open: dict[int, SpanStart] = {}
         #: Spans built during the current handle() call (one counter update per batch).
@@ -115,14 +128,28 @@ class Pipeline:
             LostEvents: self._on_lost,
         }
 
-    def observe_progress(self, protocol: str, observer: ProgressObserver) -> None:
+    def observe_progress(
+        self, protocol: str, observer: ProgressObserver, wants: ProgressFilter | None = None
+    ) -> None:
         """Call ``observer`` with every progress event of ``protocol``'s exchanges
         (first response byte, body chunks with their time), from sessions made
-        from now on: the protocol's detector is told to report them."""
-        self.progress_observers.setdefault(protocol, []).append(observer)
+        from now on: the protocol's detector is told to report them.
+
+        ``wants``, asked once per exchange when it starts, limits that to the
+        exchanges it accepts, so the others cost nothing per chunk (a detector
+        without ``progress_filter`` reports all; observers must not assume a
+        filter ran). With several observers an exchange reports progress if
+        any of them wants it."""
+        observers = self.progress_observers.setdefault(protocol, [])
+        observers.append(observer)
+        wanted = self._progress_wanted.setdefault(protocol, [])
+        wanted.append(wants)
+        combined = _any_of(wanted)
         for detector in self.registry.detectors():
             if detector.protocol == protocol and hasattr(detector, "report_progress"):
                 detector.report_progress = True
+                if hasattr(detector, "progress_filter"):
+                    detector.progress_filter = combined
 
     # -- events -----------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Hashable, Iterable, Protocol
+from typing import Callable, Hashable, Iterable, Protocol
 
 
 class Direction(enum.IntEnum):
@@ -219,3 +219,8 @@ class Detector(Protocol):
 #: A detector may also have ``report_progress`` (bool): whether its sessions
 #: emit ExchangeProgress. Progress costs events per exchange, so sessions may
 #: leave it off until a consumer asks (``Pipeline.observe_progress``).
+#: And ``progress_filter`` (``ProgressFilter`` or None): asked once per exchange,
+#: when it starts, whether anyone wants that exchange's progress, so a consumer
+#: interested in a few exchanges (LLM calls among ordinary HTTP) makes the
+#: others cost nothing per body chunk. None: every exchange reports.
+ProgressFilter = Callable[["Exchange"], bool]

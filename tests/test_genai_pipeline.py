@@ -306,3 +306,33 @@ def test_attach_is_idempotent_and_per_pipeline() -> None:
     layer = genai.attach(first)
     assert genai.attach(first) is layer and len(first.progress_observers["http1"]) == 1
     assert genai.attach(second) is not layer  # each pipeline's registry has its own HTTP/1 semantics
+
+
+def progress_seen(path: str, extra_observer=False) -> list[tuple[str, str]]:
+    """Feed one streamed exchange to ``path`` through a pipeline with GenAI attached
+    (plus, optionally, an unfiltered observer); return (observer, phase) per progress event."""
+    pipeline, _out, _counters = make_pipeline()
+    genai.attach(pipeline)
+    seen: list[tuple[str, str]] = []
+    layer_observe = pipeline.progress_observers["http1"][0]
+    pipeline.progress_observers["http1"][0] = lambda start, item: (seen.append(("genai", item.phase.name)), layer_observe(start, item))
+    if extra_observer:
+        pipeline.observe_progress("http1", lambda start, item: seen.append(("all", item.phase.name)))
+    events = [accepted(2, SERVER_PID, local_port=8000, peer_port=40000), data(11, 2, SERVER_PID, IN, post(path, {**CHAT, "stream": True}))]
+    events += [data(20, 2, SERVER_PID, OUT, SSE_HEAD), data(21, 2, SERVER_PID, OUT, sse_chunk(delta("hi"))), data(22, 2, SERVER_PID, OUT, b"0\r\n\r\n")]
+    pipeline.handle(events)
+    return seen
+
+
+def test_only_llm_exchanges_report_progress():
+    """The GenAI layer's filter is asked once, at the request head: an ordinary
+    POST reports no progress events at all (no per-chunk cost), an LLM call does."""
+    assert progress_seen("/v1/predict") == []
+    llm = progress_seen("/v1/chat/completions")
+    assert ("genai", "RESPONSE_START") in llm and ("genai", "RESPONSE_BODY") in llm and ("genai", "REQUEST_BODY") in llm
+
+
+def test_an_unfiltered_observer_gets_every_exchange_progress():
+    seen = progress_seen("/v1/predict", extra_observer=True)
+    assert ("all", "RESPONSE_START") in seen and ("all", "RESPONSE_BODY") in seen
+    assert ("genai", "RESPONSE_BODY") in seen  # observers share the events; GenAI ignores non-LLM ones

@@ -197,6 +197,13 @@ def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeV
     return f"{operation} {model}" if model else operation
 
 
+def is_llm_call(exchange) -> bool:
+    """Is ``exchange`` (its request head just parsed) a call to an LLM endpoint?
+    Asked once per exchange, so other HTTP traffic reports no progress at all."""
+    request = getattr(exchange, "request", None)
+    return request is not None and match_endpoint(request.method, request.target) is not None
+
+
 def attach(pipeline) -> GenAiLayer | None:
     """Give ``pipeline`` GenAI spans: observe HTTP/1 progress and annotate HTTP/1 spans.
 
@@ -213,5 +220,5 @@ def attach(pipeline) -> GenAiLayer | None:
         return existing  # attached already
     layer = GenAiLayer(pipeline.options.capture_genai_content, pipeline.counters)
     semantics.genai = layer
-    pipeline.observe_progress("http1", layer.observe)
+    pipeline.observe_progress("http1", layer.observe, wants=is_llm_call)
     return layer

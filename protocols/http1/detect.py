@@ -6,7 +6,7 @@ regex match over at most a few KiB: no decoding, no header parsing.
 
 from __future__ import annotations
 
-from protocols.base import Direction, Transport
+from protocols.base import Direction, ProgressFilter, Transport
 from protocols.http1.parse import looks_like_request_start, looks_like_response_start
 from protocols.http1.stitch import Http1Session
 from protocols.http1.types import PROTOCOL
@@ -24,14 +24,18 @@ class Http1Detector:
     agent keeps none: HTTP/1 spans need only sizes). ``report_progress``:
     whether its sessions report ``ExchangeProgress`` (first response byte,
     body chunks); the pipeline turns it on when something observes them.
+    ``progress_filter``: which exchanges report it (base.py), None for all.
     """
 
     protocol = PROTOCOL
     transports = Transport.STREAM
 
-    def __init__(self, body_limit: int = 0, report_progress: bool = False) -> None:
+    def __init__(
+        self, body_limit: int = 0, report_progress: bool = False, progress_filter: ProgressFilter | None = None
+    ) -> None:
         self.body_limit = body_limit
         self.report_progress = report_progress
+        self.progress_filter = progress_filter
 
     def detect(self, direction: Direction, data: bytes) -> Direction | None:
         if looks_like_request_start(data):
@@ -41,4 +45,9 @@ class Http1Detector:
         return None
 
     def new_session(self, request_direction: Direction) -> Http1Session:
-        return Http1Session(request_direction, body_limit=self.body_limit, progress=self.report_progress)
+        return Http1Session(
+            request_direction,
+            body_limit=self.body_limit,
+            progress=self.report_progress,
+            progress_filter=self.progress_filter,
+        )

@@ -19,6 +19,7 @@ from protocols.base import (
     ExchangeStarted,
     Outcome,
     Phase,
+    ProgressFilter,
     SessionEvent,
     abandon,
 )
@@ -39,17 +40,24 @@ class Http1Session:
     (``Phase.RESPONSE_START``) and every piece of request and response body
     (``REQUEST_BODY``, ``RESPONSE_BODY``, with their data and time) are
     reported as ``ExchangeProgress`` (off, they cost nothing: the detector
-    turns them on when a consumer observes them). At most ``body_limit`` bytes
-    of each body are also kept on the messages.
+    turns them on when a consumer observes them); ``progress_filter``, asked
+    once per exchange at its request head, narrows them to the exchanges it
+    accepts. At most ``body_limit`` bytes of each body are also kept on the messages.
     """
 
     protocol = PROTOCOL
 
     def __init__(
-        self, request_direction: Direction, body_limit: int = 65536, max_pending: int = 256, progress: bool = True
+        self,
+        request_direction: Direction,
+        body_limit: int = 65536,
+        max_pending: int = 256,
+        progress: bool = True,
+        progress_filter: ProgressFilter | None = None,
     ) -> None:
         self.request_direction = request_direction
         self.progress = progress
+        self.progress_filter = progress_filter
         self.kind = ExchangeKind.for_request(request_direction)
         self.max_pending = max_pending
         self._requests = HttpParser("request", body_limit)
@@ -96,12 +104,15 @@ class Http1Session:
                 self._start_exchange(event.message, ts_ns, out)
             elif kind is BodyData:
                 exchange = self._requesting
-                if self.progress and exchange is not None and exchange.request is event.message:
+                if exchange is not None and exchange.reports_progress and exchange.request is event.message:
                     out.append(ExchangeProgress(exchange, Phase.REQUEST_BODY, event.ts_ns, event.data))
             # MessageComplete: the request object the exchange holds is now final.
 
     def _start_exchange(self, request: HttpRequest, ts_ns: int, out: list[SessionEvent]) -> None:
         exchange = HttpExchange(request=request, kind=self.kind)
+        if self.progress:
+            wanted = self.progress_filter
+            exchange.reports_progress = wanted is None or wanted(exchange)
         self._pending.append(exchange)
         self._requesting = exchange
         self._responses.expect_response_to(request.method)
@@ -121,15 +132,17 @@ class Http1Session:
         for event in events:
             kind = type(event)
             if kind is BodyData:
-                if self.progress and self._answering is not None:
-                    out.append(ExchangeProgress(self._answering, Phase.RESPONSE_BODY, event.ts_ns, event.data))
+                answering = self._answering
+                if answering is not None and answering.reports_progress:
+                    out.append(ExchangeProgress(answering, Phase.RESPONSE_BODY, event.ts_ns, event.data))
                 continue
             response = event.message
             assert isinstance(response, HttpResponse)
             if kind is HeadComplete:
                 self._answer_oldest(response)
-                if self.progress and self._answering is not None:
-                    out.append(ExchangeProgress(self._answering, Phase.RESPONSE_START, response.start_ns))
+                answering = self._answering
+                if answering is not None and answering.reports_progress:
+                    out.append(ExchangeProgress(answering, Phase.RESPONSE_START, response.start_ns))
             elif self._answering is not None:
                 if closed_ns is not None and not response.complete:
                     out.append(abandon(self._answering, Outcome.CONNECTION_CLOSED, closed_ns))

@@ -76,6 +76,9 @@ class HttpExchange:
     abandoned_ns: int = 0
     #: HTTP/1.x answers in order: no key, FIFO pairing.
     correlation_key: None = None
+    #: Whether its session reports its progress (set at start from the
+    #: detector's ``progress_filter``; base.py).
+    reports_progress: bool = False
 
     @property
     def start_ns(self) -> int:
