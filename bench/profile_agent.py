@@ -16,6 +16,14 @@ measured CPU time (utime+stime from /proc, load start -> caught up)::
 py-spy is not a project dependency: point --py-spy at it (default: PATH, then
 /tmp/pyspy-venv/bin/py-spy). The raw collapsed stacks are kept (--keep) for
 flame graphs (e.g. speedscope, inferno).
+
+py-spy sees Python frames only: time spent inside the Cython-compiled modules is
+charged to their Python caller. ``--perf`` samples native frames with Linux perf
+instead (self time per C symbol: the compiled functions show as
+``__pyx_f_7otelbpf_8pipeline_...``, CPython's as ``_PyEval_EvalFrameDefault``,
+``PyDict_...``)::
+
+    .venv/bin/python bench/profile_agent.py --perf --rate 10000 --duration 8
 """
 
 from __future__ import annotations
@@ -122,6 +130,19 @@ def short(frame: str) -> str:
     return f"{name} ({tail})"
 
 
+def print_perf_symbols(data: Path, us_per_request: float, top: int) -> None:
+    """Self time per native symbol (perf report), as a share and in us per request."""
+    report = subprocess.run(
+        ["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "dso,sym", "--percent-limit", "0.3"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    rows = [line.split(None, 3) for line in report.splitlines() if line.strip().endswith(tuple("abcdefghijklmnopqrstuvwxyz0123456789_]")) and "%" in line and not line.startswith("#")]
+    print("\nSELF time per native symbol (perf): share, us per request, object, symbol")
+    for share, dso, _kind, symbol in [r for r in rows if len(r) == 4][:top]:
+        pct = float(share.rstrip("%"))
+        print(f"  {pct:5.1f}%  {pct / 100 * us_per_request:6.2f} us  {dso:28.28s} {symbol}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rate", type=int, default=10000, help="fixed request rate (default 10000)")
@@ -135,6 +156,7 @@ def main() -> int:
     p.add_argument("--keep", type=Path, help="also write the collapsed stacks here")
     p.add_argument("--agent-arg", action="append", default=[], help="extra argument for `otelbpf run` (repeatable)")
     p.add_argument("--agent-cpus", default="server", help="server, client, any, or a CPU list (default server)")
+    p.add_argument("--perf", action="store_true", help="sample native frames with Linux perf instead of py-spy (sees inside compiled modules)")
     args = p.parse_args()
 
     extra = [*(["--repo", args.repo] if args.repo else []), *(["--agent-python", args.agent_python] if args.agent_python else [])]
@@ -144,7 +166,7 @@ def main() -> int:
     receiver = None
     try:
         nw.preflight(bench_args)
-        py_spy = find_py_spy(args.py_spy)
+        py_spy = None if args.perf else find_py_spy(args.py_spy)
         bench = nw.Bench(bench_args, children, workdir)
         bench.start()
         json_file = workdir / "spans.json"
@@ -156,12 +178,12 @@ def main() -> int:
         agent = bench.agents.start(bench.targets(), outputs)
         time.sleep(0.5)
         raw = workdir / "stacks.txt"
-        spy = children.start(
-            "py-spy",
-            nw.taskset(bench.layout.client, [py_spy, "record", "--pid", str(agent.pid), "--rate", str(args.sample_rate), "--duration", str(args.duration), "--threads", "--format", "raw", "--output", str(raw), "--nonblocking"]),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-        )
+        if args.perf:
+            raw = workdir / "perf.data"
+            command = ["perf", "record", "-F", str(args.sample_rate * 4), "-p", str(agent.pid), "-o", str(raw), "--", "sleep", str(args.duration)]
+        else:
+            command = [py_spy, "record", "--pid", str(agent.pid), "--rate", str(args.sample_rate), "--duration", str(args.duration), "--threads", "--format", "raw", "--output", str(raw), "--nonblocking"]
+        spy = children.start("perf" if args.perf else "py-spy", nw.taskset(bench.layout.client, command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         meter = bench.meter(agent)
         result = bench.wrk.fixed_rate(args.rate, args.duration, 1, bench_args.rate_connections)
         cpu = meter.stop()
@@ -171,7 +193,13 @@ def main() -> int:
         children.forget(spy)
         stopped = bench.agents.stop(agent)
         if not raw.exists():
-            raise nw.BenchError(f"py-spy wrote nothing: {spy_err.decode(errors='replace')[-1500:]}")
+            raise nw.BenchError(f"{command[0]} wrote nothing: {spy_err.decode(errors='replace')[-1500:]}")
+        if args.perf:
+            requests = max(1, result.requests)
+            print(f"\n{result.rps:,.0f} req/s for {args.duration}s, sink {args.sink}: agent {cpu['agent_cores']:.2f} cores during the load, {agent_s:.2f} s CPU until caught up = {1e6 * agent_s / requests:.1f} us CPU per request")
+            print("agent stats (with events lost, the agent fell behind and the profile is of what it kept up with): " + ", ".join(f"{k}={v}" for k, v in stopped["stats"].items()))
+            print_perf_symbols(raw, 1e6 * agent_s / requests, args.top)
+            return 0
         if args.keep:
             shutil.copy(raw, args.keep)
         self_c, incl, threads, total = fold(raw)
