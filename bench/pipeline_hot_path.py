@@ -1,0 +1,140 @@
+"""User-space CPU per traced request, without the kernel, the network or noise.
+
+Feeds the agent's real chain (Pipeline with GenAI attached, connection table,
+HTTP/1 parser, association, span building, RED metrics, batch processor and the
+OTLP protobuf encoding) with the events nginx produces under wrk: keep-alive
+connections, one request read and one response written per request, server side
+traced. The sink encodes each batch (as the OTLP sinks do) and discards it, so
+nothing waits on a socket. Reports CPU microseconds per request, end to end and
+with the export thread's encoding included (process time, so other load on the
+machine barely moves it)::
+
+    .venv/bin/python bench/pipeline_hot_path.py [--requests N] [--connections C] [--rounds R]
+    OTELBPF_PURE=1 .venv/bin/python bench/pipeline_hot_path.py    # the pure-Python modules
+    perf record -g .venv/bin/python bench/pipeline_hot_path.py     # native symbols, inside compiled code
+
+No eBPF and no root needed. bench/nginx_wrk.py measures the live agent
+(ring-buffer reads, decode, threads, gRPC); this isolates what the hot-path
+code costs, so a change to it can be judged in seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from otelbpf.agent import live_pipeline  # noqa: E402
+from otelbpf.events import ConnOpen, DataEvent, RoleHint  # noqa: E402
+from otelbpf.export import BatchSpanProcessor  # noqa: E402
+from otelbpf.export.base import SpanBatch  # noqa: E402
+from otelbpf.metrics import MeteredProcessor, SpanMetrics  # noqa: E402
+from otelbpf.registry import default_instruments  # noqa: E402
+from otelbpf.resources import ProcessResources  # noqa: E402
+from otelbpf.selfmetrics import Counters  # noqa: E402
+from protocols.base import Direction  # noqa: E402
+
+NGINX = 4242
+
+REQUEST = b"GET /index.html HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nUser-Agent: wrk\r\n\r\n"
+RESPONSE = (
+    b"HTTP/1.1 200 OK\r\nServer: nginx/1.22.1\r\nDate: Mon, 23 Nov 2026 03:00:00 GMT\r\n"
+    b"Content-Type: text/html\r\nContent-Length: 612\r\nLast-Modified: Mon, 23 Nov 2026 01:00:00 GMT\r\n"
+    b"Connection: keep-alive\r\nETag: \"6540-264\"\r\nAccept-Ranges: bytes\r\n\r\n" + b"x" * 612
+)
+
+
+class EncodingSink:
+    """Encodes every batch to OTLP protobuf bytes, like the OTLP sinks, then drops it."""
+
+    name = "encode-only"
+
+    def __init__(self) -> None:
+        self.spans = 0
+        self.bytes = 0
+
+    def export(self, batch: SpanBatch) -> bool:
+        self.bytes += len(batch.payload)
+        self.spans += len(batch)
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class NoSource:
+    def mute(self, *args) -> None:
+        pass
+
+    def watch_process(self, *args) -> None:
+        pass
+
+    def forget_process(self, *args) -> None:
+        pass
+
+
+def workload(requests: int, connections: int) -> tuple[list, list]:
+    """(connection opens, data events in batches of 256 as the ring drain delivers them)."""
+    ts = 1_700_000_000_000_000_000
+    opens = [
+        ConnOpen(ts, NGINX, NGINX, 10 + c, 1 + c, 2, "127.0.0.1", 8080, "127.0.0.1", 40000 + c, RoleHint.ACCEPTED)
+        for c in range(connections)
+    ]
+    events = []
+    for n in range(requests):
+        c = n % connections
+        ts += 50_000
+        events.append(DataEvent(ts, NGINX, NGINX, 10 + c, 1 + c, Direction.INGRESS, len(REQUEST), REQUEST))
+        ts += 20_000
+        events.append(DataEvent(ts, NGINX, NGINX, 10 + c, 1 + c, Direction.EGRESS, len(RESPONSE), RESPONSE))
+    return opens, [events[i : i + 256] for i in range(0, len(events), 256)]
+
+
+def run_once(requests: int, connections: int) -> tuple[float, int]:
+    """CPU seconds (this process, all threads) for ``requests`` requests, and the spans exported."""
+    counters = Counters()
+    resources = ProcessResources(describe=lambda pid, comm: {"service.name": "nginx", "process.pid": pid})
+    sink = EncodingSink()
+    processor = BatchSpanProcessor([sink], resources, counters)
+    consumer = MeteredProcessor(processor, SpanMetrics(resources, default_instruments()), None)
+    pipeline = live_pipeline(NoSource(), consumer, resources, counters)
+    opens, batches = workload(requests, connections)
+    pipeline.handle(opens)
+    gc.collect()
+    started = time.process_time()
+    for batch in batches:
+        pipeline.handle(batch)
+    processor.shutdown()
+    return time.process_time() - started, sink.spans
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--requests", type=int, default=50_000)
+    p.add_argument("--connections", type=int, default=100)
+    p.add_argument("--rounds", type=int, default=5)
+    args = p.parse_args()
+    run_once(2_000, args.connections)  # warm-up: imports, caches
+    per_request = []
+    for _ in range(args.rounds):
+        cpu, spans = run_once(args.requests, args.connections)
+        if spans != args.requests:
+            print(f"pipeline_hot_path: {spans} spans for {args.requests} requests", file=sys.stderr)
+            return 1
+        per_request.append(1e6 * cpu / args.requests)
+    print(f"{args.requests:,} requests x {args.rounds} rounds, {args.connections} keep-alive connections")
+    print(f"user-space CPU per request (pipeline + metrics + OTLP encoding): median {statistics.median(per_request):.2f} us, "
+          f"min {min(per_request):.2f}, max {max(per_request):.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
