@@ -29,6 +29,9 @@
 #   gateway.pcap           (tests/golden/http1/) examples/http_gateway.py in front
 #                          of examples/http_backend.py, driven by curl: call
 #                          chains, for the golden tests
+#   openai.pcap            (tests/golden/http1/) the openai Python SDK against
+#                          examples/openai_mock_server.py: chat, chat streamed
+#                          with usage, legacy completion streamed, embeddings
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -202,7 +205,10 @@ while True:
     data, peer = sock.recvfrom(65535)
     sock.sendto(b"echo: " + data, peer)'
 
-for port in 18080 18081 18082 18083 18084 18085 18086; do wait_for_port "$port"; done
+# The OpenAI-compatible mock on 18087: 40 ms to the first token, 5 ms between tokens.
+start_server "$py" "$here/examples/openai_mock_server.py" --port 18087 --first-token-delay-ms 40 --token-delay-ms 5
+
+for port in 18080 18081 18082 18083 18084 18085 18086 18087; do wait_for_port "$port"; done
 
 # --- captures: record_NAME makes NAME.pcap ---------------------------------------
 
@@ -285,7 +291,25 @@ record_gateway() {
     stop_capture golden/http1/gateway.pcap
 }
 
-all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway)
+# The real openai SDK (the project venv has it), one client, one kept-alive
+# connection: what an LLM gateway or agent sends to vLLM / an OpenAI endpoint.
+record_openai() {
+    start_capture golden/http1/openai.pcap "tcp port 18087"
+    "$here/.venv/bin/python" -c '
+from openai import OpenAI
+client = OpenAI(base_url="http://127.0.0.1:18087/v1", api_key="sk-golden-not-a-secret", max_retries=0)
+messages = [{"role": "user", "content": "say hello to the golden tests"}]
+client.chat.completions.create(model="llama-3-8b", messages=messages, max_tokens=4, temperature=0.2)
+for _ in client.chat.completions.create(model="llama-3-8b", messages=messages, max_tokens=6, stream=True,
+                                       stream_options={"include_usage": True}, top_p=0.9):
+    pass
+for _ in client.completions.create(model="llama-3-8b", prompt="once upon a time", max_tokens=3, stream=True):
+    pass
+client.embeddings.create(model="bge-small", input=["first text", "second text"])'
+    stop_capture golden/http1/openai.pcap
+}
+
+all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway openai)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then
