@@ -1,0 +1,20 @@
+# C types for stitch.py when Cython compiles it (setup.py). The logic lives only in
+# stitch.py; this file makes Http1Session an extension type with C fields.
+cimport cython as cy
+from protocols.http1.parse cimport HttpParser
+
+
+@cy.final
+cdef class Http1Session:
+    cdef public object request_direction
+    cdef public bint progress
+    cdef public object progress_filter
+    cdef public object kind
+    cdef public Py_ssize_t max_pending
+    cdef HttpParser _requests
+    cdef HttpParser _responses
+    cdef object _pending
+    cdef object _answering
+    cdef object _requesting
+    cdef Py_ssize_t _stitch_errors
+    cdef bint _tunnelled
