@@ -60,7 +60,9 @@ def test_detector_openings():
     assert detector.detect(Direction.INGRESS, b"GET / HTTP/1.1\r\nHost: a\r\n\r\n") is None
     assert detector.detect(Direction.INGRESS, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03") is None  # TLS
     assert detector.detect(Direction.INGRESS, b"HTTP/1.1 200 OK\r\n\r\n") is None
-    assert detector.detect(Direction.INGRESS, b"\x00\x00\x08\x06\x00\x00\x00\x00\x01" + b"x" * 8) == Direction.INGRESS
+    ping = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00" + b"x" * 8
+    assert detector.detect(Direction.INGRESS, ping) == Direction.INGRESS  # a late connection, role unknown yet
+    assert detector.detect(Direction.INGRESS, ping[:8] + b"\x01" + ping[9:]) is None  # PING on a stream
 
 
 def test_detector_reads_the_role_of_a_late_connection_from_its_headers():
