@@ -187,7 +187,8 @@ OTELBPF_HTTP2_HPACK_INCOMPLETE = "otelbpf.http2.hpack_incomplete"
 OTELBPF_HTTP2_UPGRADED = "otelbpf.http2.upgraded"
 #: RST_STREAM / GOAWAY error code that ended the stream,
 OTELBPF_HTTP2_RESET_CODE = "otelbpf.http2.error_code"
-#: where ``rpc.method`` came from: ``header`` (the decoded :path) or ``unknown``,
+#: where ``rpc.method`` came from: ``header`` (the decoded :path), ``peer`` (the other end of
+#: the connection decoded it for the same stream) or ``unknown``,
 OTELBPF_RPC_METHOD_SOURCE = "otelbpf.rpc.method.source"
 #: gRPC messages sent / received in the call (length-prefixed messages counted in DATA).
 OTELBPF_RPC_REQUEST_MESSAGES = "otelbpf.rpc.request.messages"

@@ -4,9 +4,11 @@
 * ``rpc.system.name`` = ``grpc``; ``rpc.method`` = ``pkg.Service/Method``
   (the ``:path`` without its leading slash), also the span name; when the
   method is unknown (HPACK could not decode ``:path`` on a connection older
-  than the agent) ``rpc.method`` is ``_OTHER`` and the span is named
-  ``grpc``. ``otelbpf.rpc.method.source`` says which (``header`` or
-  ``unknown``).
+  than the agent, or lost with uncaptured bytes), the method the *other end*
+  of the same connection decoded for the same stream is used when the agent
+  traces both processes (:class:`PeerMethods`); failing that ``rpc.method``
+  is ``_OTHER`` and the span is named ``grpc``. ``otelbpf.rpc.method.source``
+  says which: ``header``, ``peer`` or ``unknown``.
 * ``rpc.response.status_code``: the status name from ``grpc-status`` in the
   trailers, or in the headers of a Trailers-Only response.
 * Error status: on the client every code but OK; on the server only
@@ -20,6 +22,8 @@
 from __future__ import annotations
 
 import os
+from collections import OrderedDict
+from typing import Hashable
 
 from otelbpf import semconv as sc
 from otelbpf.model import AttributeValue, SpanKind, StatusCode
@@ -53,16 +57,52 @@ def status_name(code: str | None) -> str | None:
     return sc.GRPC_STATUS_NAMES[number] if number < len(sc.GRPC_STATUS_NAMES) else str(number)
 
 
+class PeerMethods:
+    """Methods by (connection pair key, stream id), as whichever end decoded them.
+
+    Both ends of a traced connection see the same bytes, but not always all of
+    them: a client's write gathered from more iovecs than the probe copies
+    loses its HEADERS, while the server's read of them is whole. The server's
+    span ends (trailers written) before the client's (trailers read), so the
+    client can take the method its peer decoded. Bounded (LRU).
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        self._methods: OrderedDict[Hashable, str] = OrderedDict()
+
+    def remember(self, key: Hashable, method: str) -> None:
+        self._methods[key] = method
+        self._methods.move_to_end(key)
+        if len(self._methods) > self.capacity:
+            self._methods.popitem(last=False)
+
+    def recall(self, key: Hashable) -> str | None:
+        return self._methods.pop(key, None)
+
+
 def grpc_attributes(
-    exchange: Http2Exchange, kind: SpanKind, attrs: dict[str, AttributeValue], dup: bool
+    exchange: Http2Exchange,
+    kind: SpanKind,
+    attrs: dict[str, AttributeValue],
+    dup: bool,
+    peer_methods: PeerMethods | None = None,
+    stream_key: Hashable | None = None,
 ) -> tuple[str, StatusCode]:
-    """Add the RPC attributes; return the span name and status."""
+    """Add the RPC attributes; return the span name and status. ``stream_key``
+    (the same from both ends of the stream) shares methods through ``peer_methods``."""
     path = exchange.request.header(":path")
     attrs[sc.RPC_SYSTEM_NAME] = sc.RPC_SYSTEM_GRPC
+    source = "header"
+    if path and peer_methods is not None and stream_key is not None:
+        peer_methods.remember(stream_key, path)
+    elif not path and peer_methods is not None and stream_key is not None:
+        path = peer_methods.recall(stream_key)
+        source = "peer"
     if path:
         method = path[1:] if path.startswith("/") else path
         attrs[sc.RPC_METHOD] = method
-        attrs[sc.OTELBPF_RPC_METHOD_SOURCE] = "header"
+        attrs[sc.OTELBPF_RPC_METHOD_SOURCE] = source
         name = method
     else:
         method = ""

@@ -15,7 +15,8 @@ from otelbpf import semconv as sc
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
 from otelbpf.semantics.common import SpanOptions, network_transport, outcome_status, peer_attributes, span_record
-from otelbpf.semantics.grpc import emit_deprecated_names, grpc_attributes, is_grpc
+from otelbpf.association import pair_key
+from otelbpf.semantics.grpc import PeerMethods, emit_deprecated_names, grpc_attributes, is_grpc
 from otelbpf.semantics.http1 import derive_route, split_host, split_target
 from protocols.http2.types import PROTOCOL, Http2Exchange
 
@@ -28,6 +29,8 @@ class Http2Semantics:
     def __init__(self, rpc_dup: bool | None = None) -> None:
         #: Also write the deprecated RPC names (``OTEL_SEMCONV_STABILITY_OPT_IN=rpc/dup``).
         self.rpc_dup = emit_deprecated_names() if rpc_dup is None else rpc_dup
+        #: gRPC methods one end of a traced connection decoded, for the other end.
+        self.peer_methods = PeerMethods()
 
     def span(self, start: SpanStart, exchange: Http2Exchange, conn, options: SpanOptions) -> SpanRecord:
         request, response = exchange.request, exchange.response
@@ -50,7 +53,9 @@ class Http2Semantics:
             attrs[sc.CLIENT_PORT] = conn.peer_port
         peer_attributes(conn, attrs)
         if is_grpc(exchange):
-            name, status = grpc_attributes(exchange, start.kind, attrs, self.rpc_dup)
+            pair = pair_key(conn, start.kind)
+            stream_key = (pair, exchange.stream_id) if pair is not None else None
+            name, status = grpc_attributes(exchange, start.kind, attrs, self.rpc_dup, self.peer_methods, stream_key)
         else:
             name, status = self._http_attributes(exchange, server, authority, options, attrs)
         if exchange.hpack_incomplete:

@@ -66,7 +66,7 @@ MAX_UPGRADE_BYTES = 65536
 class _Side:
     """Frame state of one direction."""
 
-    __slots__ = ("buf", "decoder", "started", "data_left", "data_stream", "data_flags", "desynced", "block")
+    __slots__ = ("buf", "decoder", "started", "data_left", "data_stream", "data_flags", "desynced", "block", "lost_ns")
 
     def __init__(self) -> None:
         self.buf = bytearray()
@@ -78,6 +78,8 @@ class _Side:
         self.desynced = False
         #: A header block waiting for CONTINUATION: [stream id, flags, bytes, is_push].
         self.block: list | None = None
+        #: When bytes that may have held a request were lost (0: none since the last request seen).
+        self.lost_ns = 0
 
 
 class Http2Session:
@@ -101,6 +103,8 @@ class Http2Session:
         self.client_direction: Direction | None = None
         self._sides = {Direction.INGRESS: _Side(), Direction.EGRESS: _Side()}
         self._streams: dict[int, Http2Exchange] = {}
+        #: Client stream ids whose request HEADERS were lost with uncaptured bytes -> when.
+        self._lost_streams: dict[int, int] = {}
         self._highest_stream = 0
         self._errors = 0
         self.joined_late = True
@@ -229,6 +233,7 @@ class Http2Session:
             side.block = None
             side.desynced = True
             side.decoder.forget()
+            side.lost_ns = side.lost_ns or ts_ns
             self.desyncs += 1
 
     def _control_frame(self, direction: Direction, side: _Side, raw: bytes, ts_ns: int, out: list) -> None:
@@ -310,6 +315,7 @@ class Http2Session:
         new_request = bool(names & _REQUEST_PSEUDO) or (decoded.unknown and not end_stream)
         if stream_id <= self._highest_stream or not new_request:
             return  # a stream opened before the agent joined, or one already ended
+        self._note_lost_streams(stream_id)
         self._highest_stream = stream_id
         request = Http2Message(
             headers=decoded.headers,
@@ -328,10 +334,41 @@ class Http2Session:
             oldest = next(iter(self._streams))
             out.append(abandon(self._streams.pop(oldest), Outcome.EVICTED, ts_ns))
 
+    def _note_lost_streams(self, stream_id: int) -> None:
+        """Bytes of the client's side were lost since the last request: the stream ids
+        skipped up to ``stream_id`` may have been opened in them (clients count up by 2)."""
+        client_side = self._sides[self.client_direction]
+        if not client_side.lost_ns:
+            return
+        first = self._highest_stream + 2 if self._highest_stream else 1
+        for skipped in range(max(first, stream_id - 128), stream_id, 2):
+            self._lost_streams[skipped] = client_side.lost_ns
+        client_side.lost_ns = 0
+        while len(self._lost_streams) > 64:
+            self._lost_streams.pop(next(iter(self._lost_streams)))
+
+    def _lost_request(self, stream_id: int, ts_ns: int, out: list) -> Http2Exchange | None:
+        """A response on a stream whose request was in uncaptured bytes: trace it anyway,
+        its request's fields unknown (one unknown field marks it)."""
+        lost_ns = self._lost_streams.pop(stream_id, 0)
+        client_side = self._sides[self.client_direction]
+        if not lost_ns and client_side.lost_ns and stream_id > self._highest_stream:
+            lost_ns = client_side.lost_ns
+            self._note_lost_streams(stream_id)
+            self._highest_stream = stream_id
+        if not lost_ns:
+            return None
+        request = Http2Message(unknown_fields=1, start_ns=lost_ns, end_ns=lost_ns)
+        exchange = Http2Exchange(stream_id, request, joined_late=self.joined_late)
+        self._open(exchange, ts_ns, out)
+        return exchange
+
     def _response_block(self, stream_id, decoded, names, end_stream: bool, ts_ns: int, out: list) -> None:
         exchange = self._streams.get(stream_id)
         if exchange is None:
-            return  # its request was never seen (opened before the agent), or it ended
+            exchange = self._lost_request(stream_id, ts_ns, out)
+            if exchange is None:
+                return  # its request was never seen (opened before the agent), or it ended
         response = exchange.response
         if response is None or not response.headers and not response.unknown_fields:
             status = next((value for name, value in decoded.headers if name == ":status"), "")
