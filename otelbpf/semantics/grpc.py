@@ -39,14 +39,21 @@ def emit_deprecated_names(environ=os.environ) -> bool:
 
 
 def is_grpc(exchange: Http2Exchange) -> bool:
-    """A gRPC call: its content-type says so, or (headers not decoded on a late
-    connection) the response carries ``grpc-status``."""
-    content_type = exchange.request.header("content-type")
-    if content_type is None and exchange.response is not None:
-        content_type = exchange.response.header("content-type")
+    """A gRPC call: its content-type says so. When HPACK left the content-type
+    unknown (a connection older than the agent), a ``grpc-status``, or DATA
+    that is whole gRPC length-prefixed messages in both directions, says so."""
+    request, response = exchange.request, exchange.response
+    content_type = request.header("content-type")
+    if content_type is None and response is not None:
+        content_type = response.header("content-type")
     if content_type is not None:
         return content_type.startswith(GRPC_CONTENT_TYPE)
-    return exchange.response is not None and exchange.response.header("grpc-status") is not None
+    if response is None:
+        return False
+    if response.header("grpc-status") is not None:
+        return True
+    framed = request.grpc_framed and (response.grpc_framed or not response.body_size)
+    return framed and bool(request.unknown_fields or response.unknown_fields)
 
 
 def status_name(code: str | None) -> str | None:

@@ -105,6 +105,8 @@ class Http2Session:
         self._streams: dict[int, Http2Exchange] = {}
         #: Client stream ids whose request HEADERS were lost with uncaptured bytes -> when.
         self._lost_streams: dict[int, int] = {}
+        #: Streams at or below this were seen (or judged) before the last loss.
+        self._lost_floor = 0
         self._highest_stream = 0
         self._errors = 0
         self.joined_late = True
@@ -233,7 +235,9 @@ class Http2Session:
             side.block = None
             side.desynced = True
             side.decoder.forget()
-            side.lost_ns = side.lost_ns or ts_ns
+            if not side.lost_ns:
+                side.lost_ns = ts_ns
+                self._lost_floor = self._highest_stream
             self.desyncs += 1
 
     def _control_frame(self, direction: Direction, side: _Side, raw: bytes, ts_ns: int, out: list) -> None:
@@ -344,6 +348,7 @@ class Http2Session:
         for skipped in range(max(first, stream_id - 128), stream_id, 2):
             self._lost_streams[skipped] = client_side.lost_ns
         client_side.lost_ns = 0
+        self._lost_floor = stream_id
         while len(self._lost_streams) > 64:
             self._lost_streams.pop(next(iter(self._lost_streams)))
 
@@ -352,10 +357,12 @@ class Http2Session:
         its request's fields unknown (one unknown field marks it)."""
         lost_ns = self._lost_streams.pop(stream_id, 0)
         client_side = self._sides[self.client_direction]
-        if not lost_ns and client_side.lost_ns and stream_id > self._highest_stream:
+        if not lost_ns and client_side.lost_ns and stream_id & 1 and stream_id > self._lost_floor:
+            # A client stream not seen since the loss: opened in the lost bytes (the loss
+            # stays open until a request is read again: one write may hold many HEADERS,
+            # answered in any order). A stream's first response block is its only start.
             lost_ns = client_side.lost_ns
-            self._note_lost_streams(stream_id)
-            self._highest_stream = stream_id
+            self._highest_stream = max(self._highest_stream, stream_id)
         if not lost_ns:
             return None
         request = Http2Message(unknown_fields=1, start_ns=lost_ns, end_ns=lost_ns)
@@ -583,6 +590,9 @@ def _count_grpc(message: Http2Message, size: int, chunk: bytes | None) -> None:
         message.grpc_prefix += piece
         pos += len(piece)
         if len(message.grpc_prefix) == 5:
+            if message.grpc_prefix[0] > 1:  # the compressed flag is 0 or 1: not gRPC framing
+                message.grpc_messages = None
+                return
             message.grpc_messages += 1
             message.grpc_left = int.from_bytes(message.grpc_prefix[1:5], "big")
             message.grpc_prefix = b""

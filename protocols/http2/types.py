@@ -38,6 +38,11 @@ class Http2Message:
     grpc_prefix: bytes = b""
     grpc_left: int = 0
 
+    @property
+    def grpc_framed(self) -> bool:
+        """The DATA was whole gRPC messages (a 0/1 flag, a length, that many bytes), at least one."""
+        return bool(self.grpc_messages) and not self.grpc_left and not self.grpc_prefix
+
     def header(self, name: str) -> str | None:
         """First value of ``name`` (lower-case) among headers, then trailers."""
         for key, value in self.headers:
