@@ -134,7 +134,7 @@ def run_client(port: int, mode: str, count: float) -> None:
             print(f"ok Predict {client.call('Predict')}", flush=True)
             print("ready", flush=True)
             for _line in sys.stdin:
-                for method in ("Predict", "StreamTokens"):
+                for method in ("Predict", "StreamTokens", "Upload", "Predict"):
                     print(f"ok {method} {client.call(method)}", flush=True)
                 print("done", flush=True)
         else:

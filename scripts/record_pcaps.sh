@@ -29,12 +29,22 @@
 #   gateway.pcap           (tests/golden/http1/) examples/http_gateway.py in front
 #                          of examples/http_backend.py, driven by curl: call
 #                          chains, for the golden tests
+#   grpc_calls.pcap        (tests/golden/http2/) examples/grpc_service.py: one
+#                          channel, unary, server-streaming, client-streaming,
+#                          bidi and a NOT_FOUND call
+#   grpc_concurrent.pcap   (tests/golden/http2/) 20 concurrent unary calls on one channel
+#   grpc_late.pcap         (tests/golden/http2/) the capture starts after the
+#                          channel's first call (no preface, an HPACK table it
+#                          never saw): Predict, StreamTokens, Upload, Predict
+#
+# The gRPC captures need grpcio: GRPC_PYTHON (default .venv/bin/python) runs them.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 out="$here/tests/data"
 golden="$here/tests/golden"
 py=/usr/bin/python3
+grpc_py=${GRPC_PYTHON:-$here/.venv/bin/python}
 user_agent="otelbpf-pcap-recorder"
 work=$(mktemp -d)
 server_pids=()
@@ -202,7 +212,10 @@ while True:
     data, peer = sock.recvfrom(65535)
     sock.sendto(b"echo: " + data, peer)'
 
-for port in 18080 18081 18082 18083 18084 18085 18086; do wait_for_port "$port"; done
+# The example gRPC service on 18087.
+start_server "$grpc_py" "$here/examples/grpc_service.py" serve --port 18087
+
+for port in 18080 18081 18082 18083 18084 18085 18086 18087; do wait_for_port "$port"; done
 
 # --- captures: record_NAME makes NAME.pcap ---------------------------------------
 
@@ -285,7 +298,37 @@ record_gateway() {
     stop_capture golden/http1/gateway.pcap
 }
 
-all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway)
+mkdir -p "$golden/http2"
+
+record_grpc_calls() {
+    start_capture golden/http2/grpc_calls.pcap "tcp port 18087"
+    "$grpc_py" "$here/examples/grpc_service.py" call --port 18087 --mode all >/dev/null
+    stop_capture golden/http2/grpc_calls.pcap
+}
+
+record_grpc_concurrent() {
+    start_capture golden/http2/grpc_concurrent.pcap "tcp port 18087"
+    "$grpc_py" "$here/examples/grpc_service.py" call --port 18087 --mode concurrent --count 20 >/dev/null
+    stop_capture golden/http2/grpc_concurrent.pcap
+}
+
+# The client (mode wait) makes one call, prints "ready", then one round per stdin line.
+record_grpc_late() {
+    mkfifo "$work/grpc_in"
+    "$grpc_py" "$here/examples/grpc_service.py" call --port 18087 --mode wait <"$work/grpc_in" >"$work/grpc_out" &
+    local client=$!
+    exec 3>"$work/grpc_in"
+    for _ in $(seq 200); do grep -q ready "$work/grpc_out" 2>/dev/null && break; sleep 0.05; done
+    start_capture golden/http2/grpc_late.pcap "tcp port 18087"
+    echo go >&3
+    for _ in $(seq 200); do grep -q done "$work/grpc_out" 2>/dev/null && break; sleep 0.05; done
+    exec 3>&-
+    wait "$client"
+    stop_capture golden/http2/grpc_late.pcap
+}
+
+all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway
+    grpc_calls grpc_concurrent grpc_late)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then
