@@ -16,8 +16,9 @@ runs calls and prints one line per call ("ok <method> <status>"), so callers
 can compare with the spans. ``--mode all`` runs one call of each kind plus
 an error; ``concurrent N`` starts N unary calls at once on one channel;
 ``loop SECONDS`` calls Predict back to back (the bench); ``wait`` makes one
-call, prints "ready", then waits for a line on stdin before each further
-round (a channel opened and used before the agent started).
+call, prints "ready", then runs Predict, StreamTokens, Upload, Predict for each
+line on stdin (a channel opened and used before the agent started).
+``--gate`` prints "ready" and waits for a line before opening the channel.
 """
 
 from __future__ import annotations
@@ -110,7 +111,10 @@ class Client:
         return "OK"
 
 
-def run_client(port: int, mode: str, count: float) -> None:
+def run_client(port: int, mode: str, count: float, gate: bool = False) -> None:
+    if gate:  # let a tracer attach first: the channel opens after the line
+        print("ready", flush=True)
+        sys.stdin.readline()
     with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
         client = Client(channel)
         if mode == "all":
@@ -151,11 +155,12 @@ def main() -> None:
     call_cmd.add_argument("--port", type=int, default=50051)
     call_cmd.add_argument("--mode", choices=("all", "concurrent", "loop", "wait"), default="all")
     call_cmd.add_argument("--count", type=float, default=20, help="concurrent calls, or loop seconds")
+    call_cmd.add_argument("--gate", action="store_true", help='print "ready", wait for a line on stdin, then start')
     args = parser.parse_args()
     if args.command == "serve":
         serve(args.port, args.workers)
     else:
-        run_client(args.port, args.mode, args.count)
+        run_client(args.port, args.mode, args.count, args.gate)
 
 
 if __name__ == "__main__":
