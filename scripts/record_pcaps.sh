@@ -33,6 +33,9 @@
 #                          channel, unary, server-streaming, client-streaming,
 #                          bidi and a NOT_FOUND call
 #   grpc_concurrent.pcap   (tests/golden/http2/) 20 concurrent unary calls on one channel
+#   h2c_nginx.pcap         (tests/golden/http2/) nginx serving HTTP/2 in cleartext
+#                          (prior knowledge), curl --http2-prior-knowledge: GET
+#                          /small.txt (200) and /missing.txt (404), two connections
 #   grpc_late.pcap         (tests/golden/http2/) the capture starts after the
 #                          channel's first call (no preface, an HPACK table it
 #                          never saw): Predict, StreamTokens, Upload, Predict
@@ -195,6 +198,10 @@ http {
         listen 127.0.0.1:18082;
         root $work/www;
     }
+    server {
+        listen 127.0.0.1:18088 http2;
+        root $work/www;
+    }
 }
 EOF
 start_server nginx -p "$work/nginx" -c "$work/nginx/nginx.conf"
@@ -215,7 +222,7 @@ while True:
 # The example gRPC service on 18087.
 start_server "$grpc_py" "$here/examples/grpc_service.py" serve --port 18087
 
-for port in 18080 18081 18082 18083 18084 18085 18086 18087; do wait_for_port "$port"; done
+for port in 18080 18081 18082 18083 18084 18085 18086 18087 18088; do wait_for_port "$port"; done
 
 # --- captures: record_NAME makes NAME.pcap ---------------------------------------
 
@@ -312,6 +319,14 @@ record_grpc_concurrent() {
     stop_capture golden/http2/grpc_concurrent.pcap
 }
 
+record_h2c_nginx() {
+    start_capture golden/http2/h2c_nginx.pcap "tcp port 18088"
+    # Two connections: curl 7.88 fails the second request on a reused prior-knowledge one.
+    curl_ --http2-prior-knowledge -o /dev/null http://127.0.0.1:18088/small.txt
+    curl -sS -A "$user_agent" --http2-prior-knowledge -o /dev/null http://127.0.0.1:18088/missing.txt
+    stop_capture golden/http2/h2c_nginx.pcap
+}
+
 # The client (mode wait) makes one call, prints "ready", then one round per stdin line.
 record_grpc_late() {
     mkfifo "$work/grpc_in"
@@ -328,7 +343,7 @@ record_grpc_late() {
 }
 
 all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway
-    grpc_calls grpc_concurrent grpc_late)
+    grpc_calls grpc_concurrent grpc_late h2c_nginx)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then
