@@ -119,3 +119,32 @@ def test_plain_http2_gets_http_spans_with_version_2():
     assert client.attributes[sc.HTTP_RESPONSE_BODY_SIZE] == 4
     assert sum(p.count for p in metrics.points(sc.HTTP_SERVER_REQUEST_DURATION)) == 1
     assert not metrics.points(sc.RPC_SERVER_CALL_DURATION)
+
+
+def test_a_client_write_cut_short_takes_its_method_from_the_server_end():
+    """The client's first write (preface, SETTINGS, HEADERS, DATA) lost its end, as
+    a gathered write of more iovecs than the probe copies does; the server read it whole."""
+    from dataclasses import replace
+
+    first = next(i for i, (d, _, b) in enumerate(GRPC_ALL) if d == 0 and len(b) > 9 and b[3] == 1)
+    pipeline, out, _ = make_pipeline()
+    events = [connected(1, CLIENT_PID, local_port=40000, peer_port=50051),
+              accepted(2, SERVER_PID, local_port=50051, peer_port=40000)]
+    for index, (to_server, ts, payload) in enumerate(GRPC_ALL[: first + 12]):
+        ts += 10
+        if to_server == 0:
+            client_write = data(ts, 1, CLIENT_PID, OUT, payload, fd=6)
+            if index == first:  # keep 4 bytes of stream 1's HEADERS frame
+                client_write = replace(client_write, data=payload[:4])
+            events += [client_write, data(ts + 1, 2, SERVER_PID, IN, payload)]
+        else:
+            events += [data(ts, 2, SERVER_PID, OUT, payload), data(ts + 1, 1, CLIENT_PID, IN, payload, fd=6)]
+    pipeline.handle(events)
+    pipeline.finish()
+    predict = [s for s in out.spans if s.attributes.get(sc.RPC_METHOD) == "demo.Inference/Predict"]
+    client = next(s for s in predict if s.kind == SpanKind.CLIENT)
+    server = next(s for s in predict if s.kind == SpanKind.SERVER)
+    assert server.attributes[sc.OTELBPF_RPC_METHOD_SOURCE] == "header"
+    assert client.attributes[sc.OTELBPF_RPC_METHOD_SOURCE] == "peer"
+    assert client.attributes[sc.OTELBPF_HTTP2_HPACK_INCOMPLETE] is True
+    assert client.attributes[sc.RPC_RESPONSE_STATUS_CODE] == "OK"
