@@ -110,7 +110,8 @@ class Http2Session:
         self._highest_stream = 0
         self._errors = 0
         self.joined_late = True
-        self._fresh_decided = False
+        #: A header block was decoded: from then on a preface cannot vouch for the tables.
+        self._blocks_seen = False
         #: Bytes cut from the capture that lost a frame boundary (resynchronised after).
         self.desyncs = 0
         self._upgrade: _Upgrade | None = None
@@ -175,11 +176,11 @@ class Http2Session:
         if buf.startswith(PREFACE):
             del buf[: len(PREFACE)]
             self.client_direction = direction
-            if not self._fresh_decided:  # seen from the start: tables are complete
+            # Seen from the start (the server's SETTINGS may come first): tables are complete.
+            if not self._blocks_seen:
                 self.joined_late = False
                 for each in self._sides.values():
                     each.decoder.complete = True
-        self._fresh_decided = True
         return True
 
     def _drain(self, direction: Direction, side: _Side, ts_ns: int, out: list) -> None:
@@ -287,6 +288,7 @@ class Http2Session:
     def _block_done(self, direction: Direction, side: _Side, ts_ns: int, out: list) -> None:
         stream_id, flags, block, is_push = side.block
         side.block = None
+        self._blocks_seen = True
         decoded = side.decoder.decode(bytes(block))
         if decoded.malformed:
             self._errors += 1
@@ -484,7 +486,6 @@ class Http2Session:
         self._upgrade = None
         self.client_direction = upgrade.request_direction
         self.joined_late = False
-        self._fresh_decided = True
         for side in self._sides.values():
             side.decoder.complete = True
         request = Http2Message(

@@ -210,3 +210,11 @@ def test_a_request_lost_with_uncaptured_bytes_still_gives_its_exchange():
     # stream 3 refers to entries stream 1 inserted in the lost bytes: unknown, not wrong
     assert later.stream_id == 3 and later.hpack_incomplete and later.request.header(":path") is None
     assert later.request.header(":method") == "POST"
+
+
+def test_server_settings_seen_before_the_preface_still_means_a_fresh_connection():
+    view = as_seen_by(GRPC_ALL, "server")
+    server_settings = next(i for i, (d, _, _) in enumerate(view) if d == Direction.EGRESS)
+    reordered = [view[server_settings]] + view[:server_settings] + view[server_settings + 1 :]
+    ended = exchanges(run(Http2Session(Direction.INGRESS), reordered))
+    assert len(ended) == 5 and not any(e.hpack_incomplete or e.joined_late for e in ended)
