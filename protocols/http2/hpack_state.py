@@ -42,9 +42,6 @@ _STATIC_LEN = len(STATIC_TABLE)
 #: RFC 7541 4.1: an entry's size is its name and value lengths plus 32.
 ENTRY_OVERHEAD = 32
 DEFAULT_TABLE_SIZE = 4096
-#: Header names and values longer than this are cut (memory bound; a header
-#: list is bounded by the frame buffer anyway).
-MAX_STRING = 16384
 
 
 @dataclass(slots=True)
@@ -201,6 +198,8 @@ def _string(data: memoryview, pos: int) -> tuple[bytes, int]:
     pos += used
     if pos + length > len(data):
         raise ValueError("string past the end of the block")
-    raw = data[pos : pos + min(length, MAX_STRING)]
+    # No cut: a string lies inside its block, which the session bounds (MAX_HEADER_BLOCK),
+    # and its full length is what the table's size accounting needs.
+    raw = data[pos : pos + length]
     value = decode_huffman(raw) if huffman else bytes(raw)
     return value, pos + length

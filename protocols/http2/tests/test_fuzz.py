@@ -85,3 +85,39 @@ def _feed_all(chunks):
     for direction, chunk, ts in chunks:
         events.extend(session.feed(direction, chunk, ts))
     return events
+
+
+_HEADER = st.tuples(
+    st.sampled_from([":path", ":authority", "content-type", "grpc-timeout", "x-trace", "user-agent"]),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789/._-", max_size=40),
+)
+
+
+@FUZZ
+@given(st.lists(st.lists(_HEADER, min_size=1, max_size=6), min_size=1, max_size=30),
+       st.sampled_from([256, 4096]), st.integers(0, 29))
+def test_tolerant_decoder_agrees_with_hpack_and_never_lies_when_late(blocks, table_size, join):
+    """From the start it decodes exactly what hpack does; joined at block ``join`` it
+    decodes each field either right or not at all, and is right again once trusted."""
+    from hpack import Decoder, Encoder
+
+    from protocols.http2.hpack_state import TolerantDecoder
+
+    encoder = Encoder()
+    encoder.header_table_size = table_size
+    reference, fresh, late = Decoder(), TolerantDecoder(), TolerantDecoder(complete=False)
+    for index, headers in enumerate(blocks):
+        block = encoder.encode(headers)
+        expected = [(n.decode() if isinstance(n, bytes) else n, v.decode() if isinstance(v, bytes) else v)
+                    for n, v in reference.decode(block)]
+        assert fresh.decode(block).headers == expected
+        if index >= join:
+            trusted = late.complete
+            decoded = late.decode(block)
+            assert not decoded.malformed
+            got = iter(decoded.headers)
+            expected_iter = iter(expected)
+            for field in got:  # what decoded is a subsequence of the truth, in order
+                assert any(field == truth for truth in expected_iter)
+            if trusted:
+                assert decoded.headers == expected and decoded.unknown == 0
