@@ -5,8 +5,7 @@ protoc step):
 
   Predict        unary -> unary: the request reversed; a request of b"fail"
                  ends with NOT_FOUND, b"crash" with INTERNAL
-  StreamTokens   unary -> stream: the request split into N tokens (N = first byte
-                 of the request's digits, default 5)
+  StreamTokens   unary -> stream: N tokens, N the request read as a number (default 5)
   Upload         stream -> unary: the total byte count of the requests
   Chat           stream -> stream: each request echoed back upper-cased
 
@@ -14,8 +13,8 @@ Server: ``python grpc_service.py serve --port 0`` prints "listening on PORT"
 once ready. Client: ``python grpc_service.py call --port P [--mode ...]``
 runs calls and prints one line per call ("ok <method> <status>"), so callers
 can compare with the spans. ``--mode all`` runs one call of each kind plus
-an error; ``concurrent N`` starts N unary calls at once on one channel;
-``loop SECONDS`` calls Predict back to back (the bench); ``wait`` makes one
+an error; ``concurrent`` starts ``--count`` unary calls at once on one channel;
+``loop`` calls Predict back to back for ``--count`` seconds; ``wait`` makes one
 call, prints "ready", then runs Predict, StreamTokens, Upload, Predict for each
 line on stdin (a channel opened and used before the agent started).
 ``--gate`` prints "ready" and waits for a line before opening the channel.
@@ -46,7 +45,8 @@ def predict(request: bytes, context) -> bytes:
 
 
 def stream_tokens(request: bytes, context):
-    count = int(request.decode() or 5) if request.decode().isdigit() else 5
+    text = request.decode(errors="replace")
+    count = int(text) if text.isdigit() else 5
     for i in range(count):
         yield f"token{i}".encode()
 
