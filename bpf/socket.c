@@ -383,15 +383,21 @@ static __always_inline __u64 copy_payload(__u8 *data, struct sock_io *io, __u64 
         captured = io->total < CAPTURE_BYTES ? io->total : CAPTURE_BYTES;
         BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
         bpf_probe_read_user(data, captured, (void *)io->buf);
-    } else if (io->kind == IO_IOV) {
-        captured = gather_iov(data, io->buf, io->iovcnt, io->total, &io->flags);
-    } else if (io->kind == IO_MSG) {
-        struct msghdr_user msg = {};
-        if (bpf_probe_read_user(&msg, sizeof(msg), (void *)io->buf) == 0) {
-            captured = gather_iov(data, msg.iov, (__u32)msg.iovlen, io->total, &io->flags);
-            if (name)
-                *name = msg.name;
+    } else if (io->kind == IO_IOV || io->kind == IO_MSG) {
+        /* One gather_iov call site: inlined once, so the verifier walks its loop once. */
+        __u64 iov_ptr = io->buf;
+        __u32 iovcnt = io->iovcnt;
+        if (io->kind == IO_MSG) {
+            struct msghdr_user msg = {};
+            iovcnt = 0;
+            if (bpf_probe_read_user(&msg, sizeof(msg), (void *)io->buf) == 0) {
+                iov_ptr = msg.iov;
+                iovcnt = (__u32)msg.iovlen;
+                if (name)
+                    *name = msg.name;
+            }
         }
+        captured = gather_iov(data, iov_ptr, iovcnt, io->total, &io->flags);
     } else if (io->kind == IO_SENDFILE) {
         io->flags |= DF_SENDFILE;
     } else {

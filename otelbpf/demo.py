@@ -2,8 +2,10 @@
 
 Starts examples/http_backend.py and examples/http_gateway.py (unmodified
 Python services), attaches the probes to them and to curl, drives requests
-through the gateway with curl, then prints the trace trees and writes the
-OTLP JSON file. The same code path as `otelbpf run`.
+through the gateway with curl, then runs the example gRPC service
+(examples/grpc_service.py) with its client (one call of each kind and an
+error), then prints the trace trees and writes the OTLP JSON file. The same
+code path as `otelbpf run`.
 """
 
 from __future__ import annotations
@@ -68,11 +70,19 @@ def run_demo(args) -> int:
     gateway, gateway_port = start_service(
         [str(EXAMPLES / "http_gateway.py"), "--port", "0", "--backend", f"127.0.0.1:{backend_port}"]
     )
-    print(f"demo: backend pid {backend.pid} on :{backend_port}, gateway pid {gateway.pid} on :{gateway_port}")
+    grpc_server, grpc_port = start_service([str(EXAMPLES / "grpc_service.py"), "serve", "--port", "0"])
+    grpc_client = subprocess.Popen(
+        [sys.executable, str(EXAMPLES / "grpc_service.py"), "call", "--port", str(grpc_port), "--gate"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    grpc_client.stdout.readline()  # "ready": its channel opens once the probes are attached
+    print(f"demo: backend pid {backend.pid} on :{backend_port}, gateway pid {gateway.pid} on :{gateway_port}, "
+          f"gRPC service pid {grpc_server.pid} on :{grpc_port}")  # fmt: skip
     counters = Counters()
     resources = ProcessResources()
     consumer, _metrics = build_consumer(args, resources, counters)
-    source = EbpfSource(CaptureConfig(pids=[backend.pid, gateway.pid], comms=["curl"]))
+    pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid]
+    source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"]))
     pipeline = live_pipeline(source, consumer, resources, counters)
     agent = Agent(source, pipeline, consumer, counters)
     try:
@@ -86,12 +96,16 @@ def run_demo(args) -> int:
         loop.start()
         statuses = drive_traffic(gateway_port, args.requests)
         print(f"demo: drove {sum(statuses.values())} requests through the gateway, statuses {statuses}")
+        calls, _ = grpc_client.communicate("go\n", timeout=60)
+        print(f"demo: gRPC calls {' '.join(line.split(maxsplit=1)[1] for line in calls.splitlines())}")
         time.sleep(0.5)
         agent.request_stop()
         loop.join()
     finally:
         source.close()
-        for proc in (gateway, backend):
+        if grpc_client.poll() is None:
+            grpc_client.kill()
+        for proc in (gateway, backend, grpc_server):
             proc.terminate()
             proc.wait(timeout=5)
     stats = agent.stats()

@@ -79,10 +79,15 @@ def default_registry() -> Registry:
     """Every protocol otelbpf ships, in detection order."""
     from otelbpf.metrics import genai as genai_metrics
     from otelbpf.metrics import http1 as http1_metrics
+    from otelbpf.metrics import http2 as http2_metrics
     from otelbpf.semantics import http1 as http1_semantics
+    from otelbpf.semantics import http2 as http2_semantics
     from protocols.http1 import Http1Detector
+    from protocols.http2 import Http2Detector
 
     registry = Registry()
+    # Before HTTP/1: an HTTP/1.1 request with "Upgrade: h2c" opens an HTTP/2 connection.
+    registry.register(Http2Detector(), http2_semantics.Http2Semantics(), http2_metrics.INSTRUMENTS)
     # HTTP/1 semantics per registry: a pipeline may attach its GenAI layer to it
     # (otelbpf.semantics.genai.attach); LLM calls on HTTP/1 are HTTP/1 spans, so
     # the GenAI instruments are HTTP/1's too (they select spans with gen_ai.* attributes).

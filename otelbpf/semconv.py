@@ -51,6 +51,38 @@ HTTP_DURATION_BOUNDARIES: tuple[float, ...] = (
     0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
 )  # fmt: skip
 
+# --- RPC / gRPC (semantic-conventions v1.44: docs/rpc/rpc-spans.md, grpc.md, rpc-metrics.md) ---
+RPC_SYSTEM_NAME = "rpc.system.name"
+RPC_METHOD = "rpc.method"
+RPC_METHOD_ORIGINAL = "rpc.method_original"
+RPC_RESPONSE_STATUS_CODE = "rpc.response.status_code"
+RPC_SYSTEM_GRPC = "grpc"
+#: ``rpc.method`` when the method is not known (span name is then ``{rpc.system.name}``).
+RPC_OTHER_METHOD = "_OTHER"
+RPC_SERVER_CALL_DURATION = "rpc.server.call.duration"
+RPC_CLIENT_CALL_DURATION = "rpc.client.call.duration"
+#: Bucket boundaries the RPC metric conventions advise (seconds).
+RPC_DURATION_BOUNDARIES: tuple[float, ...] = (
+    0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+#: Deprecated names still emitted with ``OTEL_SEMCONV_STABILITY_OPT_IN=rpc/dup``.
+RPC_SYSTEM_OLD = "rpc.system"
+RPC_SERVICE_OLD = "rpc.service"
+RPC_GRPC_STATUS_CODE_OLD = "rpc.grpc.status_code"
+#: The ``OTEL_SEMCONV_STABILITY_OPT_IN`` value that asks for both old and new RPC names.
+SEMCONV_OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
+SEMCONV_OPT_IN_RPC_DUP = "rpc/dup"
+#: gRPC status codes by number (grpc/doc/statuscodes.md), as ``rpc.response.status_code`` writes them.
+GRPC_STATUS_NAMES: tuple[str, ...] = (
+    "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND", "ALREADY_EXISTS",
+    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
+    "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS", "UNAUTHENTICATED",
+)  # fmt: skip
+#: Codes that make a SERVER span an error (grpc.md); on the client every code but OK is one.
+GRPC_SERVER_ERROR_STATUSES = frozenset(
+    {"UNKNOWN", "DEADLINE_EXCEEDED", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS"}
+)
+
 # --- GenAI (semantic-conventions-genai: gen-ai-spans.md, gen-ai-metrics.md, registry/attributes/gen-ai.md) ---
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_PROVIDER_NAME = "gen_ai.provider.name"
@@ -148,3 +180,16 @@ OTELBPF_GEN_AI_RESPONSE_CHUNKS = "otelbpf.gen_ai.response.chunks"
 OTELBPF_GEN_AI_RESPONSE_TIME_PER_OUTPUT_CHUNK = "otelbpf.gen_ai.response.time_per_output_chunk"
 #: captured prompt/completion text was cut to the capture limit.
 OTELBPF_GEN_AI_CONTENT_TRUNCATED = "otelbpf.gen_ai.content.truncated"
+#: otelbpf's own HTTP/2 and gRPC span attributes:
+#: some header field of the stream referred to an HPACK entry older than the agent (docs/http2.md),
+OTELBPF_HTTP2_HPACK_INCOMPLETE = "otelbpf.http2.hpack_incomplete"
+#: the stream's request came through ``Upgrade: h2c``,
+OTELBPF_HTTP2_UPGRADED = "otelbpf.http2.upgraded"
+#: RST_STREAM / GOAWAY error code that ended the stream,
+OTELBPF_HTTP2_RESET_CODE = "otelbpf.http2.error_code"
+#: where ``rpc.method`` came from: ``header`` (the decoded :path), ``peer`` (the other end of
+#: the connection decoded it for the same stream) or ``unknown``,
+OTELBPF_RPC_METHOD_SOURCE = "otelbpf.rpc.method.source"
+#: gRPC messages sent / received in the call (length-prefixed messages counted in DATA).
+OTELBPF_RPC_REQUEST_MESSAGES = "otelbpf.rpc.request.messages"
+OTELBPF_RPC_RESPONSE_MESSAGES = "otelbpf.rpc.response.messages"

@@ -29,15 +29,28 @@
 #   gateway.pcap           (tests/golden/http1/) examples/http_gateway.py in front
 #                          of examples/http_backend.py, driven by curl: call
 #                          chains, for the golden tests
+#   grpc_calls.pcap        (tests/golden/http2/) examples/grpc_service.py: one
+#                          channel, unary, server-streaming, client-streaming,
+#                          bidi and a NOT_FOUND call
+#   grpc_concurrent.pcap   (tests/golden/http2/) 20 concurrent unary calls on one channel
+#   h2c_nginx.pcap         (tests/golden/http2/) nginx serving HTTP/2 in cleartext
+#                          (prior knowledge), curl --http2-prior-knowledge: GET
+#                          /small.txt (200) and /missing.txt (404), two connections
+#   grpc_late.pcap         (tests/golden/http2/) the capture starts after the
+#                          channel's first call (no preface, an HPACK table it
+#                          never saw): Predict, StreamTokens, Upload, Predict
 #   openai.pcap            (tests/golden/http1/) the openai Python SDK against
 #                          examples/openai_mock_server.py: chat, chat streamed
 #                          with usage, legacy completion streamed, embeddings
+#
+# The gRPC captures need grpcio: GRPC_PYTHON (default .venv/bin/python) runs them.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 out="$here/tests/data"
 golden="$here/tests/golden"
 py=/usr/bin/python3
+grpc_py=${GRPC_PYTHON:-$here/.venv/bin/python}
 user_agent="otelbpf-pcap-recorder"
 work=$(mktemp -d)
 server_pids=()
@@ -188,6 +201,10 @@ http {
         listen 127.0.0.1:18082;
         root $work/www;
     }
+    server {
+        listen 127.0.0.1:18088 http2;
+        root $work/www;
+    }
 }
 EOF
 start_server nginx -p "$work/nginx" -c "$work/nginx/nginx.conf"
@@ -205,10 +222,12 @@ while True:
     data, peer = sock.recvfrom(65535)
     sock.sendto(b"echo: " + data, peer)'
 
-# The OpenAI-compatible mock on 18087: 40 ms to the first token, 5 ms between tokens.
-start_server "$py" "$here/examples/openai_mock_server.py" --port 18087 --first-token-delay-ms 40 --token-delay-ms 5
+# The OpenAI-compatible mock on 18089: 40 ms to the first token, 5 ms between tokens.
+start_server "$py" "$here/examples/openai_mock_server.py" --port 18089 --first-token-delay-ms 40 --token-delay-ms 5
+# The example gRPC service on 18087.
+start_server "$grpc_py" "$here/examples/grpc_service.py" serve --port 18087
 
-for port in 18080 18081 18082 18083 18084 18085 18086 18087; do wait_for_port "$port"; done
+for port in 18080 18081 18082 18083 18084 18085 18086 18087 18088 18089; do wait_for_port "$port"; done
 
 # --- captures: record_NAME makes NAME.pcap ---------------------------------------
 
@@ -294,10 +313,10 @@ record_gateway() {
 # The real openai SDK (the project venv has it), one client, one kept-alive
 # connection: what an LLM gateway or agent sends to vLLM / an OpenAI endpoint.
 record_openai() {
-    start_capture golden/http1/openai.pcap "tcp port 18087"
+    start_capture golden/http1/openai.pcap "tcp port 18089"
     "$here/.venv/bin/python" -c '
 from openai import OpenAI
-client = OpenAI(base_url="http://127.0.0.1:18087/v1", api_key="sk-golden-not-a-secret", max_retries=0)
+client = OpenAI(base_url="http://127.0.0.1:18089/v1", api_key="sk-golden-not-a-secret", max_retries=0)
 messages = [{"role": "user", "content": "say hello to the golden tests"}]
 client.chat.completions.create(model="llama-3-8b", messages=messages, max_tokens=4, temperature=0.2)
 for _ in client.chat.completions.create(model="llama-3-8b", messages=messages, max_tokens=6, stream=True,
@@ -309,7 +328,45 @@ client.embeddings.create(model="bge-small", input=["first text", "second text"])
     stop_capture golden/http1/openai.pcap
 }
 
-all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway openai)
+mkdir -p "$golden/http2"
+
+record_grpc_calls() {
+    start_capture golden/http2/grpc_calls.pcap "tcp port 18087"
+    "$grpc_py" "$here/examples/grpc_service.py" call --port 18087 --mode all >/dev/null
+    stop_capture golden/http2/grpc_calls.pcap
+}
+
+record_grpc_concurrent() {
+    start_capture golden/http2/grpc_concurrent.pcap "tcp port 18087"
+    "$grpc_py" "$here/examples/grpc_service.py" call --port 18087 --mode concurrent --count 20 >/dev/null
+    stop_capture golden/http2/grpc_concurrent.pcap
+}
+
+record_h2c_nginx() {
+    start_capture golden/http2/h2c_nginx.pcap "tcp port 18088"
+    # Two connections: curl 7.88 fails the second request on a reused prior-knowledge one.
+    curl_ --http2-prior-knowledge -o /dev/null http://127.0.0.1:18088/small.txt
+    curl -sS -A "$user_agent" --http2-prior-knowledge -o /dev/null http://127.0.0.1:18088/missing.txt
+    stop_capture golden/http2/h2c_nginx.pcap
+}
+
+# The client (mode wait) makes one call, prints "ready", then one round per stdin line.
+record_grpc_late() {
+    mkfifo "$work/grpc_in"
+    "$grpc_py" "$here/examples/grpc_service.py" call --port 18087 --mode wait <"$work/grpc_in" >"$work/grpc_out" &
+    local client=$!
+    exec 3>"$work/grpc_in"
+    for _ in $(seq 200); do grep -q ready "$work/grpc_out" 2>/dev/null && break; sleep 0.05; done
+    start_capture golden/http2/grpc_late.pcap "tcp port 18087"
+    echo go >&3
+    for _ in $(seq 200); do grep -q done "$work/grpc_out" 2>/dev/null && break; sleep 0.05; done
+    exec 3>&-
+    wait "$client"
+    stop_capture golden/http2/grpc_late.pcap
+}
+
+all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway
+    grpc_calls grpc_concurrent grpc_late h2c_nginx openai)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then

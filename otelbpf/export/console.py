@@ -30,7 +30,7 @@ from otelbpf.model import SpanKind, SpanRecord, StatusCode
 _log = logging.getLogger(__name__)
 
 #: Attributes shown after the duration, first present key wins per label.
-_STATUS_KEYS = ("http.response.status_code", "rpc.grpc.status_code", "http.status_code")
+_STATUS_KEYS = ("http.response.status_code", "rpc.response.status_code", "rpc.grpc.status_code", "http.status_code")
 _PATH_KEYS = ("url.path", "http.route", "http.target")
 
 

@@ -1,0 +1,86 @@
+"""HTTP/2 frame headers: reading them, and judging whether bytes look like frames.
+
+Frame bodies are parsed by ``hyperframe``; this module only holds what the
+detector and the session's resynchronisation need: the 9-byte header and the
+per-type rules a real frame obeys (RFC 9113 section 6), so that a connection
+joined mid-stream can be recognised from its frames, and so that random
+binary data rarely passes for HTTP/2.
+"""
+
+from __future__ import annotations
+
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+HEADER_LEN = 9
+#: The largest frame we accept without the peer's SETTINGS (16 KiB default, 16 MiB max).
+DEFAULT_MAX_FRAME = 16384
+MAX_FRAME = (1 << 24) - 1
+
+FLAG_END_STREAM = 0x1
+FLAG_ACK = 0x1
+FLAG_END_HEADERS = 0x4
+FLAG_PADDED = 0x8
+FLAG_PRIORITY = 0x20
+
+#: Flags each frame type defines; any other bit set is suspicious in detection.
+_KNOWN_FLAGS = {
+    DATA: FLAG_END_STREAM | FLAG_PADDED,
+    HEADERS: FLAG_END_STREAM | FLAG_END_HEADERS | FLAG_PADDED | FLAG_PRIORITY,
+    PRIORITY: 0,
+    RST_STREAM: 0,
+    SETTINGS: FLAG_ACK,
+    PUSH_PROMISE: FLAG_END_HEADERS | FLAG_PADDED,
+    PING: FLAG_ACK,
+    GOAWAY: 0,
+    WINDOW_UPDATE: 0,
+    CONTINUATION: FLAG_END_HEADERS,
+}
+_ON_STREAM = {DATA, HEADERS, PRIORITY, RST_STREAM, PUSH_PROMISE, CONTINUATION}
+_ON_CONNECTION = {SETTINGS, PING, GOAWAY}
+_FIXED_LENGTH = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
+
+
+def read_header(data: bytes | memoryview, pos: int = 0) -> tuple[int, int, int, int]:
+    """(length, type, flags, stream id) of the frame header at ``pos`` (9 bytes needed)."""
+    length = (data[pos] << 16) | (data[pos + 1] << 8) | data[pos + 2]
+    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+    return length, data[pos + 3], data[pos + 4], stream_id
+
+
+def plausible(length: int, frame_type: int, flags: int, stream_id: int, max_frame: int = DEFAULT_MAX_FRAME) -> bool:
+    """Whether a frame header obeys the rules a real one does (strict: for detection)."""
+    known = _KNOWN_FLAGS.get(frame_type)
+    if known is None or flags & ~known or length > max_frame:
+        return False
+    if frame_type in _ON_STREAM and stream_id == 0:
+        return False
+    if frame_type in _ON_CONNECTION and stream_id != 0:
+        return False
+    fixed = _FIXED_LENGTH.get(frame_type)
+    if fixed is not None and length != fixed:
+        return False
+    if frame_type == SETTINGS and (length % 6 or (flags & FLAG_ACK and length)):
+        return False
+    if frame_type == GOAWAY and length < 8:
+        return False
+    return True
+
+
+def frames_plausible(data: bytes, min_frames: int = 1) -> tuple[bool, list[tuple[int, int, int, int, int]]]:
+    """Whether ``data`` is a run of plausible frames from its first byte.
+
+    Returns (verdict, frames) where frames are (offset, length, type, flags,
+    stream id) of the complete headers found. The run may end inside a
+    frame's payload (a capture prefix), but not inside a header unless at
+    least ``min_frames`` whole headers came before it.
+    """
+    frames: list[tuple[int, int, int, int, int]] = []
+    pos = 0
+    while pos + HEADER_LEN <= len(data):
+        length, frame_type, flags, stream_id = read_header(data, pos)
+        if not plausible(length, frame_type, flags, stream_id):
+            return False, frames
+        frames.append((pos, length, frame_type, flags, stream_id))
+        pos += HEADER_LEN + length
+    if pos < len(data) and len(frames) < min_frames:
+        return False, frames  # a header cut short before any whole one
+    return len(frames) >= min_frames, frames
