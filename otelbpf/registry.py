@@ -86,11 +86,13 @@ def default_registry() -> Registry:
     from protocols.http2 import Http2Detector
 
     registry = Registry()
+    # Semantics per registry: a pipeline may attach its GenAI layer to HTTP/1's and
+    # HTTP/2's (otelbpf.semantics.genai.attach); LLM calls are HTTP spans, so the
+    # GenAI instruments are theirs too (they select spans with gen_ai.* attributes).
     # Before HTTP/1: an HTTP/1.1 request with "Upgrade: h2c" opens an HTTP/2 connection.
-    registry.register(Http2Detector(), http2_semantics.Http2Semantics(), http2_metrics.INSTRUMENTS)
-    # HTTP/1 semantics per registry: a pipeline may attach its GenAI layer to it
-    # (otelbpf.semantics.genai.attach); LLM calls on HTTP/1 are HTTP/1 spans, so
-    # the GenAI instruments are HTTP/1's too (they select spans with gen_ai.* attributes).
+    registry.register(
+        Http2Detector(), http2_semantics.Http2Semantics(), http2_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS
+    )
     registry.register(Http1Detector(), http1_semantics.Http1Semantics(), http1_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS)
     return registry
 

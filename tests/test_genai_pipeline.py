@@ -336,3 +336,73 @@ def test_an_unfiltered_observer_gets_every_exchange_progress():
     seen = progress_seen("/v1/predict", extra_observer=True)
     assert ("all", "RESPONSE_START") in seen and ("all", "RESPONSE_BODY") in seen
     assert ("genai", "RESPONSE_BODY") in seen  # observers share the events; GenAI ignores non-LLM ones
+
+
+def h2_both_sides(path: str, request_body: dict, events_out: list[tuple[int, bytes]], content_type="text/event-stream"):
+    """One HTTP/2 stream (prior knowledge) between client pid 100 and server pid 200:
+    the request at 10 (headers + body), then the response head at 20 and each
+    (ts, payload) of ``events_out`` as a DATA frame, the last one ending the stream."""
+    from protocols.http2.tests.traffic import Conversation
+
+    pipeline, out, counters = make_pipeline()
+    layer = genai.attach(pipeline)
+    metrics = SpanMetrics(pipeline.resources, pipeline.registry.instruments())
+    conv = Conversation()
+    conv.request(1, [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", "127.0.0.1:8000"),
+                     ("content-type", "application/json"), ("authorization", f"Bearer {SECRET}")])
+    conv.data(True, 1, json.dumps(request_body).encode(), end_stream=True)
+    request_bytes = bytes(conv.client)
+    conv.response(1, [(":status", "200"), ("content-type", content_type)])
+    head = bytes(conv.server)
+    frames = []
+    for i, (ts, payload) in enumerate(events_out):
+        conv.server.clear()
+        conv.data(False, 1, payload, end_stream=i == len(events_out) - 1)
+        frames.append((ts, bytes(conv.server)))
+    events = [connected(1, CLIENT_PID, local_port=40000, peer_port=8000), accepted(2, SERVER_PID, local_port=8000, peer_port=40000)]
+    events += [data(10, 1, CLIENT_PID, OUT, request_bytes, fd=6), data(11, 2, SERVER_PID, IN, request_bytes)]
+    for ts, payload in [(20, head), *frames]:
+        events += [data(ts, 2, SERVER_PID, OUT, payload), data(ts + 1, 1, CLIENT_PID, IN, payload, fd=6)]
+    pipeline.handle(events)
+    for span in out.spans:
+        metrics.record(span)
+    spans = {span.kind: span for span in out.spans}
+    assert set(spans) == {SpanKind.CLIENT, SpanKind.SERVER}
+    assert len(layer) == 0
+    return spans[SpanKind.CLIENT], spans[SpanKind.SERVER], metrics
+
+
+def sse_event(payload) -> bytes:
+    return f"data: {payload if isinstance(payload, str) else json.dumps(payload)}\n\n".encode()
+
+
+def test_a_streamed_chat_over_http2_gets_genai_spans_on_both_sides():
+    usage = {**delta(finish="stop"), "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}}
+    stream = [(30, sse_event(delta(role="assistant"))), (1_000_030, sse_event(delta("hi "))),
+              (1_500_030, sse_event(delta("there", finish="stop"))), (1_600_030, sse_event(usage)), (1_600_040, sse_event("[DONE]"))]
+    client, server, metrics = h2_both_sides("/v1/chat/completions", {**CHAT, "stream": True}, stream)
+    for span in (client, server):
+        assert span.name == "chat gpt-mock"
+        assert span.scope == "otelbpf.http2"
+        attrs = span.attributes
+        assert attrs[sc.NETWORK_PROTOCOL_VERSION] == "2"
+        assert attrs[sc.GEN_AI_OPERATION_NAME] == "chat"
+        assert attrs[sc.GEN_AI_REQUEST_MODEL] == "gpt-mock" and attrs[sc.GEN_AI_RESPONSE_MODEL] == "gpt-mock-0613"
+        assert attrs[sc.GEN_AI_REQUEST_STREAM] is True
+        assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == 3 and attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 2
+        assert attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ["stop"]
+        assert attrs[sc.OTELBPF_GEN_AI_RESPONSE_CHUNKS] == 2
+        assert SECRET not in json.dumps({k: str(v) for k, v in attrs.items()})
+    # first content chunk: written at 1_000_030 (server), read at 1_000_031 (client); request at 10 / 11
+    assert client.attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == (1_000_031 - 10) / 1e9
+    assert server.attributes[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] == (1_000_030 - 11) / 1e9
+    collected = metrics.collect()
+    for name in (sc.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK, sc.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN):
+        points = [point for process in collected.processes for point in process.points(name)]
+        assert len(points) == 1, name  # the GenAI instruments are HTTP/2's too
+
+
+def test_an_ordinary_http2_post_is_an_http_span():
+    client, server, _ = h2_both_sides("/v1/predict", {"x": 1}, [(30, b'{"ok": true}')], content_type="application/json")
+    assert client.name == "POST" and server.name == "POST /v1/predict"
+    assert sc.GEN_AI_OPERATION_NAME not in server.attributes

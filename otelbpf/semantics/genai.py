@@ -105,10 +105,10 @@ class GenAiLayer:
         exchange = progress.exchange
         entry = self._calls.get(id(exchange))
         if entry is None or entry[0] is not exchange:
-            request = getattr(exchange, "request", None)
-            if request is None:
+            line = request_line(exchange)
+            if line is None:
                 return
-            endpoint = match_endpoint(request.method, request.target)
+            endpoint = match_endpoint(*line)
             if endpoint is None:
                 return  # not an LLM call: nothing kept
             entry = (exchange, LlmCall(endpoint, self.capture_content))
@@ -197,28 +197,55 @@ def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeV
     return f"{operation} {model}" if model else operation
 
 
+def request_line(exchange) -> tuple[str, str] | None:
+    """(method, request-target) of an HTTP/1 or HTTP/2 exchange, None for other protocols.
+
+    HTTP/2 carries them as the ``:method`` and ``:path`` pseudo-headers ("" where
+    HPACK could not decode them: such a stream is not recognised as an LLM call)."""
+    request = getattr(exchange, "request", None)
+    if request is None:
+        return None
+    method = getattr(request, "method", None)
+    if method is not None:
+        return method, request.target
+    header = getattr(request, "header", None)
+    if header is None:
+        return None
+    return header(":method") or "", header(":path") or ""
+
+
 def is_llm_call(exchange) -> bool:
     """Is ``exchange`` (its request head just parsed) a call to an LLM endpoint?
     Asked once per exchange, so other HTTP traffic reports no progress at all."""
-    request = getattr(exchange, "request", None)
-    return request is not None and match_endpoint(request.method, request.target) is not None
+    line = request_line(exchange)
+    return line is not None and match_endpoint(*line) is not None
+
+
+#: The protocols LLM API calls travel on: their semantics take a GenAI layer.
+CARRIERS = ("http1", "http2")
 
 
 def attach(pipeline) -> GenAiLayer | None:
-    """Give ``pipeline`` GenAI spans: observe HTTP/1 progress and annotate HTTP/1 spans.
+    """Give ``pipeline`` GenAI spans: observe the progress of HTTP/1 and HTTP/2
+    exchanges that call an LLM endpoint and annotate their spans.
 
-    Returns the layer, or None when the pipeline's registry has no HTTP/1
-    semantics that accepts one. The registry's HTTP/1 semantics must be its
-    own instance (``default_registry()`` makes one per registry), since the
-    layer is per pipeline.
+    Returns the layer, or None when the pipeline's registry has no carrier
+    semantics that accepts one (a ``genai`` attribute). Each registry's
+    semantics must be its own instances (``default_registry()`` makes them
+    per registry), since the layer is per pipeline.
     """
-    semantics = pipeline.registry.semantics("http1")
-    if semantics is None or not hasattr(semantics, "genai"):
+    carriers = []
+    for protocol in CARRIERS:
+        semantics = pipeline.registry.semantics(protocol)
+        if semantics is not None and hasattr(semantics, "genai"):
+            carriers.append((protocol, semantics))
+    if not carriers:
         return None
-    existing = semantics.genai
-    if existing is not None and existing.observe in pipeline.progress_observers.get("http1", ()):
+    existing = carriers[0][1].genai
+    if existing is not None and existing.observe in pipeline.progress_observers.get(carriers[0][0], ()):
         return existing  # attached already
     layer = GenAiLayer(pipeline.options.capture_genai_content, pipeline.counters)
-    semantics.genai = layer
-    pipeline.observe_progress("http1", layer.observe, wants=is_llm_call)
+    for protocol, semantics in carriers:
+        semantics.genai = layer
+        pipeline.observe_progress(protocol, layer.observe, wants=is_llm_call)
     return layer

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from protocols.base import Direction, Transport
+from protocols.base import Direction, ProgressFilter, Transport
 from protocols.http2 import frames as fr
 from protocols.http2.hpack_state import TolerantDecoder
 from protocols.http2.stitch import Http2Session
@@ -41,8 +41,9 @@ class Http2Detector:
     protocol = PROTOCOL
     transports = Transport.STREAM
 
-    def __init__(self, report_progress: bool = False) -> None:
+    def __init__(self, report_progress: bool = False, progress_filter: ProgressFilter | None = None) -> None:
         self.report_progress = report_progress
+        self.progress_filter = progress_filter
 
     def detect(self, direction: Direction, data: bytes) -> Direction | None:
         if data.startswith(PREFACE[: len(data)]):
@@ -57,7 +58,7 @@ class Http2Detector:
         return _role_from_headers(data, frames, direction)
 
     def new_session(self, request_direction: Direction) -> Http2Session:
-        return Http2Session(request_direction, progress=self.report_progress)
+        return Http2Session(request_direction, progress=self.report_progress, progress_filter=self.progress_filter)
 
 
 def _role_from_headers(data: bytes, frames, direction: Direction) -> Direction:

@@ -43,6 +43,7 @@ from protocols.base import (
     ExchangeStarted,
     Outcome,
     Phase,
+    ProgressFilter,
     SessionEvent,
     abandon,
 )
@@ -97,8 +98,10 @@ class Http2Session:
         request_direction: Direction,
         progress: bool = False,
         max_open: int = 1024,
+        progress_filter: ProgressFilter | None = None,
     ) -> None:
         self.progress = progress
+        self.progress_filter = progress_filter
         self.max_open = max_open
         self.client_direction: Direction | None = None
         self._sides = {Direction.INGRESS: _Side(), Direction.EGRESS: _Side()}
@@ -334,6 +337,9 @@ class Http2Session:
 
     def _open(self, exchange: Http2Exchange, ts_ns: int, out: list) -> None:
         exchange.kind = ExchangeKind.for_request(self.client_direction)
+        if self.progress:
+            wanted = self.progress_filter
+            exchange.reports_progress = wanted is None or wanted(exchange)
         self._streams[exchange.stream_id] = exchange
         out.append(ExchangeStarted(exchange))
         if len(self._streams) > self.max_open:
@@ -387,7 +393,7 @@ class Http2Session:
                 headers=decoded.headers, unknown_fields=decoded.unknown, start_ns=ts_ns, end_ns=ts_ns
             )
             exchange.response = response
-            if self.progress:
+            if exchange.reports_progress:
                 out.append(ExchangeProgress(exchange, Phase.RESPONSE_START, ts_ns))
         else:  # trailers
             response.trailers.extend(decoded.headers)
@@ -417,7 +423,7 @@ class Http2Session:
         if chunk is None:
             message.body_truncated = True
         _count_grpc(message, size, chunk)
-        if self.progress and chunk:
+        if chunk and exchange.reports_progress:
             phase = Phase.REQUEST_BODY if message is exchange.request else Phase.RESPONSE_BODY
             out.append(ExchangeProgress(exchange, phase, ts_ns, chunk))
 
@@ -476,7 +482,9 @@ class Http2Session:
         from protocols.http1.stitch import Http1Session
 
         upgrade, self._upgrade = self._upgrade, None
-        self._fallback = Http1Session(upgrade.request_direction, body_limit=0, progress=self.progress)
+        self._fallback = Http1Session(
+            upgrade.request_direction, body_limit=0, progress=self.progress, progress_filter=self.progress_filter
+        )
         for direction, data, ts_ns, missing in upgrade.events:
             out.extend(self._fallback.feed(direction, data, ts_ns, missing))
         return out

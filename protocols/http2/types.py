@@ -71,6 +71,9 @@ class Http2Exchange:
     upgraded: bool = False
     #: The session joined the connection after it started (no preface seen).
     joined_late: bool = False
+    #: Whether its session reports its progress (set when it opens, from the
+    #: detector's ``progress_filter``; protocols/base.py).
+    reports_progress: bool = False
 
     @property
     def correlation_key(self) -> int:
