@@ -4,8 +4,11 @@ Starts examples/http_backend.py and examples/http_gateway.py (unmodified
 Python services), attaches the probes to them and to curl, drives requests
 through the gateway with curl, then runs the example gRPC service
 (examples/grpc_service.py) with its client (one call of each kind and an
-error), then prints the trace trees and writes the OTLP JSON file. The same
-code path as `otelbpf run`.
+error), then asks the OpenAI-compatible mock model server
+(examples/openai_mock_server.py, 80 ms to the first token) for streamed and
+plain chat completions and embeddings with curl, then prints the trace trees
+(LLM calls with their time to first chunk and token counts) and writes the
+OTLP JSON file. The same code path as `otelbpf run`.
 """
 
 from __future__ import annotations
@@ -56,6 +59,28 @@ def drive_traffic(port: int, count: int) -> dict[str, int]:
     return statuses
 
 
+def drive_llm(port: int) -> list[str]:
+    """Call the mock model server as an LLM client would (curl, traced): a streamed chat,
+    a plain chat and embeddings. Returns the HTTP statuses."""
+    base = f"http://127.0.0.1:{port}/v1"
+    messages = [{"role": "user", "content": "why is my GPU idle?"}]
+    calls = [
+        ("chat/completions", {"model": "llama-3-8b", "messages": messages, "max_tokens": 24, "stream": True,
+                              "stream_options": {"include_usage": True}}),
+        ("chat/completions", {"model": "llama-3-8b", "messages": messages, "max_tokens": 8}),
+        ("embeddings", {"model": "bge-small", "input": ["a GPU", "idle"]}),
+    ]  # fmt: skip
+    statuses = []
+    for path, body in calls:
+        result = subprocess.run(
+            ["curl", "-s", "-N", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Content-Type: application/json",
+             "-H", "Authorization: Bearer sk-demo", "-d", json.dumps(body), f"{base}/{path}"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        statuses.append(result.stdout)
+    return statuses
+
+
 def run_demo(args) -> int:
     from otelbpf.agent import Agent, live_pipeline
     from otelbpf.resources import ProcessResources
@@ -71,17 +96,20 @@ def run_demo(args) -> int:
         [str(EXAMPLES / "http_gateway.py"), "--port", "0", "--backend", f"127.0.0.1:{backend_port}"]
     )
     grpc_server, grpc_port = start_service([str(EXAMPLES / "grpc_service.py"), "serve", "--port", "0"])
+    llm_server, llm_port = start_service(
+        [str(EXAMPLES / "openai_mock_server.py"), "--port", "0", "--first-token-delay-ms", "80", "--token-delay-ms", "10"]
+    )
     grpc_client = subprocess.Popen(
         [sys.executable, str(EXAMPLES / "grpc_service.py"), "call", "--port", str(grpc_port), "--gate"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     grpc_client.stdout.readline()  # "ready": its channel opens once the probes are attached
     print(f"demo: backend pid {backend.pid} on :{backend_port}, gateway pid {gateway.pid} on :{gateway_port}, "
-          f"gRPC service pid {grpc_server.pid} on :{grpc_port}")  # fmt: skip
+          f"gRPC service pid {grpc_server.pid} on :{grpc_port}, model server pid {llm_server.pid} on :{llm_port}")  # fmt: skip
     counters = Counters()
     resources = ProcessResources()
     consumer, _metrics = build_consumer(args, resources, counters)
-    pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid]
+    pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid, llm_server.pid]
     source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"]))
     pipeline = live_pipeline(source, consumer, resources, counters)
     agent = Agent(source, pipeline, consumer, counters)
@@ -98,6 +126,7 @@ def run_demo(args) -> int:
         print(f"demo: drove {sum(statuses.values())} requests through the gateway, statuses {statuses}")
         calls, _ = grpc_client.communicate("go\n", timeout=60)
         print(f"demo: gRPC calls {' '.join(line.split(maxsplit=1)[1] for line in calls.splitlines())}")
+        print(f"demo: LLM calls (streamed chat, chat, embeddings) statuses {' '.join(drive_llm(llm_port))}")
         time.sleep(0.5)
         agent.request_stop()
         loop.join()
@@ -105,7 +134,7 @@ def run_demo(args) -> int:
         source.close()
         if grpc_client.poll() is None:
             grpc_client.kill()
-        for proc in (gateway, backend, grpc_server):
+        for proc in (gateway, backend, grpc_server, llm_server):
             proc.terminate()
             proc.wait(timeout=5)
     stats = agent.stats()

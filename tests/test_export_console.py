@@ -140,3 +140,15 @@ def test_a_malformed_span_does_not_stop_the_console() -> None:
     sink.shutdown()
 
     assert "4 spans" in out.getvalue()
+
+
+def test_an_llm_call_shows_time_to_first_chunk_and_tokens() -> None:
+    from otelbpf.export.console import describe_span
+
+    llm = span(1, None, 0.0, 412.0, name="chat llama-3-8b", kind=SpanKind.CLIENT, attributes={
+        "http.response.status_code": 200, "gen_ai.response.time_to_first_chunk": 0.0812,
+        "gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 64, "otelbpf.gen_ai.response.chunks": 64})
+    line = describe_span(llm, "agent")
+    assert line == "agent  CLIENT  chat llama-3-8b  412.0 ms  status=200  ttft=81.2 ms  tokens=12in/64out  chunks=64"
+    embeddings = span(2, None, 0.0, 3.0, name="embeddings bge", attributes={"gen_ai.usage.input_tokens": 4})
+    assert describe_span(embeddings, "vllm").endswith("tokens=4in/?out")

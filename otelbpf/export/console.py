@@ -11,6 +11,10 @@ top level. ``flush``/``shutdown`` print everything still held.
       api-gateway  SERVER  GET /chat  12.3 ms  status=200
       └─ api-gateway  CLIENT  POST /v1/completions  10.1 ms  status=200
          └─ vllm  SERVER  POST /v1/completions  9.8 ms  status=500  ✗ ERROR upstream failed
+
+An LLM API call also shows its time to first chunk and token counts::
+
+      chat llama-3-8b  412.0 ms  status=200  ttft=81.2 ms  tokens=12in/64out  chunks=64
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Iterator, TextIO
 
+from otelbpf import semconv as sc
 from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
 from otelbpf.model import SpanKind, SpanRecord, StatusCode
 
@@ -205,9 +210,27 @@ def describe_span(span: SpanRecord, service: str, symbols: _Symbols = _UNICODE) 
     path = _first_attribute(span, _PATH_KEYS)
     if path is not None and str(path) not in span.name:
         parts.append(f"path={path}")
+    parts.extend(_llm_parts(span, symbols))
     if span.status_code == StatusCode.ERROR:
         parts.append(f"{symbols.error} ERROR" + (f" {span.status_message}" if span.status_message else ""))
     return "  ".join(str(part) for part in parts)
+
+
+def _llm_parts(span: SpanRecord, symbols: _Symbols) -> list[str]:
+    """Time to first chunk, input and output tokens and chunk count of an LLM API call."""
+    attributes = span.attributes
+    parts = []
+    ttft = attributes.get(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK)
+    if isinstance(ttft, (int, float)):
+        parts.append(f"ttft={_duration(int(ttft * 1e9), symbols)}")
+    tokens_in = attributes.get(sc.GEN_AI_USAGE_INPUT_TOKENS)
+    tokens_out = attributes.get(sc.GEN_AI_USAGE_OUTPUT_TOKENS)
+    if tokens_in is not None or tokens_out is not None:
+        parts.append(f"tokens={'?' if tokens_in is None else tokens_in}in/{'?' if tokens_out is None else tokens_out}out")
+    chunks = attributes.get(sc.OTELBPF_GEN_AI_RESPONSE_CHUNKS)
+    if chunks is not None:
+        parts.append(f"chunks={chunks}")
+    return parts
 
 
 def _start(item: tuple[SpanRecord, str]) -> int:
