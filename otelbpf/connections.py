@@ -321,6 +321,8 @@ class ConnectionTable:
             conn = Connection(event.conn_id, event.pid, event.fd, event.ts_ns)
             conn.source = event.source
             conn.key = key
+        if event.source == Source.TLS:
+            self.counters.add("otelbpf.tls.connections")
         self._insert(conn)
         return conn
 
@@ -328,14 +330,11 @@ class ConnectionTable:
         """The socket carries TLS: its own bytes are ciphertext. Never parse
         them (whatever a detector made of them), and stop their copying in the
         kernel; the plaintext entry of the same socket is not affected."""
-        if conn.unrecognized and conn.session is None:
-            return
         if conn.session is not None:
             self._end_session(conn, ts_ns)
             conn.session = None
         conn._probe_events = []
         conn.unrecognized = True
-        self.counters.add("otelbpf.tls.ciphertext_muted")
         if self.on_unrecognized is not None:
             self.on_unrecognized(conn)  # mutes its SOCKET source only
 
