@@ -19,8 +19,10 @@
  *      same thread before it (the event loop reads ciphertext, feeds the BIO
  *      and calls SSL_read in one callback); a write whose SSL object is not
  *      known yet is attributed by the next socket send on the thread
- *      (tls_write_waiting): that first write's plaintext is counted
- *      (STAT_TLS_UNATTRIBUTED), not reported, later ones are.
+ *      (tls_write_waiting): that first write's record waits in
+ *      tls_write_held (per thread) and is submitted at that send, with its
+ *      connection; a thread that never sends drops it at its next SSL write
+ *      (counted, STAT_TLS_UNATTRIBUTED).
  *
  * SSL_free forgets the object (its address may be reused for another
  * connection). Plaintext of a connection user space muted for SOURCE_TLS is
@@ -71,6 +73,8 @@ BPF_TABLE("lru_hash", __u32, struct thread_io, tls_last_recv, 16384);
 /* tid -> an SSL object whose write had no connection yet: the next send binds it. */
 BPF_TABLE("lru_hash", __u32, struct ssl_key, tls_write_waiting, 16384);
 BPF_PERCPU_ARRAY(tls_scratch, struct data_record, 1);
+/* tid -> the record of a first memory-BIO write, until the send that carries it. Few at a time. */
+BPF_TABLE("lru_hash", __u32, struct data_record, tls_write_held, 256);
 
 /* Called by socket.c for every stream socket I/O of a traced thread, with
  * the connection's id (also when its ciphertext is muted). */
@@ -100,6 +104,15 @@ static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u6
         struct ssl_conn bound = {.conn_id = conn_id, .fd = io->fd};
         ssl_conns.update(&key, &bound);
         tls_write_waiting.delete(&tid);
+        struct data_record *held = tls_write_held.lookup(&tid);
+        if (held) {
+            held->hdr.conn_id = conn_id;
+            held->hdr.fd = io->fd;
+            __u64 captured = held->hdr.captured_len;
+            BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
+            submit_stat(held, sizeof(struct event_hdr) + captured);
+            tls_write_held.delete(&tid);
+        }
     }
 #endif
 }
@@ -141,8 +154,8 @@ static __always_inline __u64 tls_moved(struct tls_call *call, long ret)
 }
 
 /* The connection of a call without socket I/O inside: the SSL object's known
- * one, else (memory BIO) the thread's last receive for a read; for a write,
- * the next send will tell (tls_write_waiting). Sets *ts to the best time. */
+ * one, else (memory BIO) the thread's last receive for a read; 0 for a write
+ * (the next send will tell: tls_return holds it). Sets *ts to the best time. */
 static __always_inline __u64 tls_attribute(__u32 tgid, __u32 tid, struct tls_call *call, struct ssl_key *key, __s32 *fd, __u64 *ts)
 {
     struct thread_io *last = tls_last_recv.lookup(&tid);
@@ -162,7 +175,6 @@ static __always_inline __u64 tls_attribute(__u32 tgid, __u32 tid, struct tls_cal
         *ts = last->ts;
         return last->conn_id;
     }
-    tls_write_waiting.update(&tid, key);
     return 0;
 }
 
@@ -190,13 +202,14 @@ static __always_inline int tls_return(struct pt_regs *ctx)
     } else {
         conn_id = tls_attribute(tgid, tid, &call, &key, &fd, &ts);
     }
-    if (!conn_id) {
+    int hold = !conn_id && call.direction == DIR_EGRESS;
+    if (!conn_id && !hold) {
         count_stat(STAT_TLS_UNATTRIBUTED);
         return 0;
     }
     struct conn_key ck = {.tgid = tgid, .fd = fd};
     struct conn_val *known = conns.lookup(&ck);
-    if (known && known->conn_id == conn_id && (known->muted & (1 << SOURCE_TLS)))
+    if (!hold && known && known->conn_id == conn_id && (known->muted & (1 << SOURCE_TLS)))
         return 0;
     int zero = 0;
     struct data_record *rec = tls_scratch.lookup(&zero);
@@ -217,6 +230,15 @@ static __always_inline int tls_return(struct pt_regs *ctx)
     rec->hdr.total_len = moved > 0xFFFFFFFFULL ? 0xFFFFFFFF : (__u32)moved;
     rec->hdr.captured_len = captured;
     rec->hdr.task_id = current_task_id(tid);
+    if (hold) {
+        /* a memory-BIO write on an SSL object not attributed yet: the next
+         * send of this thread carries it (tls_saw_socket_io) */
+        if (tls_write_waiting.lookup(&tid))
+            count_stat(STAT_TLS_UNATTRIBUTED); /* the previous one never went out */
+        tls_write_waiting.update(&tid, &key);
+        tls_write_held.update(&tid, rec);
+        return 0;
+    }
     submit_stat(rec, sizeof(struct event_hdr) + captured);
     return 0;
 }

@@ -255,3 +255,49 @@ def test_doctor_names_the_tls_libraries_it_can_probe_and_what_it_cannot():
     lines = [line for line in out.stdout.splitlines() if "TLS" in line]
     assert any("libssl.so.3" in line and "OpenSSL 3" in line for line in lines), out.stdout
     assert any("BoringSSL" in line and "not covered" in line for line in lines), out.stdout
+
+
+ASYNC_CLIENT = textwrap.dedent(
+    """
+    import asyncio, sys, httpx
+    base, ca = sys.argv[1], sys.argv[2]
+    print("ready", flush=True)
+    sys.stdin.readline()
+
+    async def main():
+        # asyncio TLS: memory BIOs on the client too, and its first call on a connection is a write
+        async with httpx.AsyncClient(base_url=base, verify=ca) as client:
+            codes = [(await client.get("/v1/models")).status_code for _ in range(3)]
+            posted = await client.post("/v1/embeddings", json={"model": "emb", "input": ["a b", "c"]})
+            codes.append(posted.status_code)
+        print(" ".join(map(str, codes)), flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_asyncio_client_and_server_both_on_memory_bios(services, agent, certificate, tmp_path):
+    cert, key = certificate
+    server = services([str(EXAMPLES / "openai_mock_asgi.py"), "--port", "0", "--ssl-keyfile", str(key), "--ssl-certfile", str(cert)])
+    client = start_script(tmp_path, "async_client.py", ASYNC_CLIENT, f"https://127.0.0.1:{server.port}", str(cert))
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(server.pid), "--pid", str(client.pid), "--json-file", str(out)])
+    client.stdin.write("go\n")
+    client.stdin.flush()
+    stdout, stderr = client.communicate(timeout=60)
+    assert stdout.split() == ["200"] * 4, stderr
+    assert run.stop() == 0
+    spans = spans_in_file(out)
+    client_spans = [s for s in spans if s.span.kind == CLIENT]
+    server_spans = [s for s in spans if s.span.kind == SERVER]
+    # the first request of the connection too: its write waited for the send that carried it
+    assert [s.attributes["url.full"] for s in client_spans] == [
+        f"https://127.0.0.1:{server.port}{path}" for path in ["/v1/models"] * 3 + ["/v1/embeddings"]
+    ]
+    assert [s.attributes["http.response.status_code"] for s in client_spans] == [200] * 4
+    assert client_spans[3].name == "embeddings emb"
+    client_by_id = {c.span.span_id: c for c in client_spans}
+    for s in server_spans:
+        assert client_by_id[s.span.parent_span_id].attributes["url.full"].endswith(s.attributes["url.path"])
+    assert_ciphertext_never_parsed(spans, run.stats(), 8)
