@@ -66,7 +66,8 @@ struct thread_io {
     __u32 pad;
 };
 
-BPF_HASH(tls_calls, __u32, struct tls_call, 16384);
+/* LRU: a thread killed inside a call leaves its entry behind. */
+BPF_TABLE("lru_hash", __u32, struct tls_call, tls_calls, 16384);
 BPF_TABLE("lru_hash", struct ssl_key, struct ssl_conn, ssl_conns, 65536);
 /* tid -> the last stream receive outside a TLS call (memory-BIO reads). */
 BPF_TABLE("lru_hash", __u32, struct thread_io, tls_last_recv, 16384);
