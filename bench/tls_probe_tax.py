@@ -6,9 +6,13 @@ still takes the uprobe trap on each call (the filter then returns at once).
 This script times small TLS round trips between two threads of one process
 over loopback (OpenSSL through CPython's ``ssl``) in three runs:
 
-  off       no agent
-  untraced  the agent running, tracing another process (the probes fire, the filter rejects)
-  traced    the agent tracing this process (plaintext copied and parsed; not HTTP, so muted after detection)
+  off                 no agent
+  untraced, per-pid   the agent tracing another process by --pid: probes attached for that
+                      process only, so this one takes no trap
+  untraced, host-wide the agent tracing by --comm (a name matching nothing): probes on the
+                      host's libssl for every process; this one takes the trap, the filter rejects
+  traced              the agent tracing this process (plaintext copied; not HTTP, so muted
+                      after detection)
 
 and prints round trips per second and the ratio to ``off``. Needs root and
 the repository's venv; run it on a quiet machine for figures worth quoting.
@@ -73,9 +77,9 @@ def round_trips_per_second(cert: str, key: str, count: int) -> float:
     return count / elapsed
 
 
-def start_agent(pid: int) -> subprocess.Popen:
+def start_agent(selection: list[str]) -> subprocess.Popen:
     agent = subprocess.Popen(
-        [sys.executable, "-m", "otelbpf", "run", "--pid", str(pid), "--json-file", os.devnull],
+        [sys.executable, "-m", "otelbpf", "run", *selection, "--json-file", os.devnull],
         cwd=str(ROOT), stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
@@ -93,8 +97,13 @@ def main() -> None:
         cert, key = make_certificate(directory)
         results = {"off": round_trips_per_second(cert, key, args.round_trips)}
         other = subprocess.Popen(["sleep", "600"])
-        for name, pid in (("untraced", other.pid), ("traced", os.getpid())):
-            agent = start_agent(pid)
+        runs = (
+            ("untraced, per-pid", ["--pid", str(other.pid)]),
+            ("untraced, host-wide", ["--comm", "no-such-comm"]),
+            ("traced", ["--pid", str(os.getpid())]),
+        )
+        for name, selection in runs:
+            agent = start_agent(selection)
             try:
                 results[name] = round_trips_per_second(cert, key, args.round_trips)
             finally:
@@ -102,7 +111,7 @@ def main() -> None:
                 agent.wait(timeout=30)
         other.kill()
     for name, rate in results.items():
-        print(f"{name:>9}: {rate:9.0f} round trips/s  ({rate / results['off']:.2f}x)")
+        print(f"{name:>19}: {rate:9.0f} round trips/s  ({rate / results['off']:.2f}x)")
 
 
 if __name__ == "__main__":

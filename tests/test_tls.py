@@ -25,17 +25,27 @@ class FakeBpf:
 
     def __init__(self, fail: set[str] = frozenset()) -> None:
         self.calls: list[tuple[str, str, str]] = []
+        self.pids: set[int] = set()
+        self.attached: set[tuple[str, int, int, str]] = set()
         self.fail = fail
 
     def attach_uprobe(self, name, addr, fn_name, pid):
-        assert pid == -1  # once per file, for every process
         if fn_name in self.fail:
             raise Exception("cannot attach uprobe")
         self.calls.append(("entry", os.path.basename(name), fn_name))
+        self.pids.add(pid)
+        self.attached.add((name, addr, pid, "entry"))
 
     def attach_uretprobe(self, name, addr, fn_name, pid):
-        assert pid == -1
         self.calls.append(("ret", os.path.basename(name), fn_name))
+        self.pids.add(pid)
+        self.attached.add((name, addr, pid, "ret"))
+
+    def detach_uprobe(self, name, addr, pid):
+        self.attached.remove((name, addr, pid, "entry"))
+
+    def detach_uretprobe(self, name, addr, pid):
+        self.attached.remove((name, addr, pid, "ret"))
 
 
 # -- which files ----------------------------------------------------------------
@@ -57,6 +67,21 @@ def test_the_host_libssl_is_probed_once_with_returns_before_entries():
     before = len(bpf.calls)
     assert probes.attach_system() == [found[0]] and len(bpf.calls) == before  # the same inode: nothing more
     assert probes.scan(os.getpid()) in ([], [found[0]]) and len(bpf.calls) == before
+    assert bpf.pids == {-1}  # host-wide: once per file, for every process
+
+
+@needs_libssl
+def test_per_process_probes_are_attached_for_that_process_only_and_detached_when_it_goes():
+    bpf = FakeBpf()
+    probes = tls.TlsProbes(bpf, host_wide=False)
+    assert probes.attach_system() == [] and bpf.calls == []  # nothing for processes not traced
+    pid = os.getpid()
+    library = probes._probe_file(LIBSSL, LIBSSL, pid)
+    assert library is not None and bpf.pids == {pid}
+    assert probes._probe_file(LIBSSL, LIBSSL, pid) is library and len(bpf.attached) == len(bpf.calls)
+    probes.forget(pid)
+    assert bpf.attached == set()
+    assert probes._probe_file(LIBSSL, LIBSSL, pid) is not None  # a new process with the same pid: again
 
 
 @needs_libssl
@@ -65,16 +90,16 @@ def test_a_copy_of_libssl_elsewhere_is_probed_for_itself_keyed_by_inode(tmp_path
     shutil.copy(LIBSSL, copy)
     bpf = FakeBpf()
     probes = tls.TlsProbes(bpf)
-    library = probes._probe_file(str(copy), str(copy))
+    library = probes._probe_file(str(copy), str(copy), -1)
     assert library is not None and library.flavour == "OpenSSL 3"
     assert {name for _, name, _ in bpf.calls} == {"libssl.so.3"}
-    assert probes._probe_file(str(copy), "/elsewhere/libssl.so.3") is library  # keyed by inode, not by name
+    assert probes._probe_file(str(copy), "/elsewhere/libssl.so.3", -1) is library  # keyed by inode, not by name
 
 
 @needs_libssl
 def test_a_library_whose_probes_fail_to_attach_is_not_reported_as_covered():
     probes = tls.TlsProbes(FakeBpf(fail={"tls_read_enter", "tls_write_enter", "tls_read_ex_enter", "tls_write_ex_enter"}))
-    assert probes._probe_file(LIBSSL, LIBSSL) is None
+    assert probes._probe_file(LIBSSL, LIBSSL, -1) is None
 
 
 def test_files_without_openssl_exports_are_not_probed(tmp_path):
@@ -85,8 +110,8 @@ def test_files_without_openssl_exports_are_not_probed(tmp_path):
     hinted.write_bytes(b"mentions SSL_write but is no ELF")
     assert tls.candidate(str(hinted), str(hinted))
     probes = tls.TlsProbes(FakeBpf())
-    assert probes._probe_file(str(hinted), str(hinted)) is None  # the .dynsym decides
-    assert probes._probe_file(str(tmp_path / "gone.so"), "gone.so") is None
+    assert probes._probe_file(str(hinted), str(hinted), -1) is None  # the .dynsym decides
+    assert probes._probe_file(str(tmp_path / "gone.so"), "gone.so", -1) is None
     assert tls.candidate("/nonexistent/libssl.so.3", "/usr/lib/libssl.so.3")  # by name: parsed next
 
 

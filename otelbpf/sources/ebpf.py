@@ -321,7 +321,8 @@ class EbpfSource:
         if self.config.capture_tls:
             from otelbpf.sources.tls import TlsProbes
 
-            self.tls = TlsProbes(self._bpf)
+            # host-wide when processes started later are traced by name (cover them from their first call)
+            self.tls = TlsProbes(self._bpf, host_wide=bool(self.config.comms or self.config.trace_all))
             self.tls.attach_system()
         for pid in self._initial_pids:
             # attach the per-process probes before the first request, not at first sight

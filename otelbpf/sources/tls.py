@@ -6,11 +6,13 @@ string ``SSL_write`` (a program or library with OpenSSL built in and its
 symbols exported), confirmed by its ``.dynsym`` exporting ``SSL_read`` and
 ``SSL_write`` (:func:`otelbpf.sources.uprobes.resolve_symbols`).
 
-How often: the probes are attached **once per file** (device + inode), for
+How often: with ``--comm`` or ``--all`` (processes started later are traced
+by name), the probes are attached **once per file** (device + inode), for
 every process (pid -1); the kernel side filters the traced ones first. So
 the host's own libssl (from ``ldconfig -p``), attached at start, covers every
 process started later from its first call, even one that lives for a few
-milliseconds (curl). Other copies (a wheel's bundled libssl, a dlopen()ed
+milliseconds (curl). With ``--pid`` only, once per (file, process), so that
+untraced processes take no uprobe trap (see :class:`TlsProbes`). Other copies (a wheel's bundled libssl, a dlopen()ed
 one) are found when the agent first sees a traced process (its exec, or its
 first socket data) and by the periodic re-scan of traced processes' maps
 (``CaptureConfig.rescan_interval_s``, 5 s), which reads /proc/PID/maps and
@@ -64,21 +66,35 @@ class TlsLibrary:
 
 @dataclass
 class TlsProbes:
-    """Attaches the TLS programs of a BCC ``BPF`` object to OpenSSL files, once each."""
+    """Attaches the TLS programs of a BCC ``BPF`` object to OpenSSL files.
+
+    ``host_wide`` (``run --comm`` / ``--all``: processes started later must be
+    covered from their first call): once per file for every process (pid -1),
+    the host's libssl at start. Otherwise (``--pid`` only) once per (file,
+    process): processes the agent does not trace take no uprobe trap
+    (bench/tls_probe_tax.py measured a host-wide probe costing an untraced
+    TLS-heavy process ~0.4x of its round trips on a 2-vCPU VM), and a process
+    forked later is covered from the agent's first sight of it.
+    """
 
     bpf: object
-    #: (st_dev, st_ino) -> what was attached there (None: looked at, nothing to probe)
-    files: dict[tuple[int, int], TlsLibrary | None] = field(default_factory=dict)
+    host_wide: bool = True
+    #: (st_dev, st_ino, pid or -1) -> what was attached there (None: looked at, nothing to probe)
+    files: dict[tuple[int, int, int], TlsLibrary | None] = field(default_factory=dict)
     #: pid -> the executable mappings seen at its last scan
     _seen: dict[int, frozenset[str]] = field(default_factory=dict)
     #: pid -> library paths reported for it (the start-up log says it once per process and library)
     reported: dict[int, set[str]] = field(default_factory=dict)
+    #: pid -> (path, address, kind) attached for that process only (detached when it goes)
+    _per_process: dict[int, list[tuple[str, int, str]]] = field(default_factory=dict)
 
     def attach_system(self) -> list[TlsLibrary]:
-        """Probe the host's own libssl files (ldconfig), so later processes are covered at once."""
+        """Probe the host's own libssl files (ldconfig) for every process, so later ones are covered at once."""
         found = []
+        if not self.host_wide:
+            return found
         for path in system_libssl_paths():
-            library = self._probe_file(path, path)
+            library = self._probe_file(path, path, -1)
             if library is not None:
                 found.append(library)
                 log.info("TLS: probing %s (%s) for every traced process", path, library.flavour)
@@ -93,9 +109,10 @@ class TlsProbes:
         self._seen[pid] = paths
         covering = []
         for mapped in sorted(paths):
-            if not candidate(f"/proc/{pid}/root{mapped}", mapped):
+            path = f"/proc/{pid}/root{mapped}"
+            if not candidate(path, mapped):
                 continue
-            library = self._probe_file(f"/proc/{pid}/root{mapped}", mapped)
+            library = self._probe_file(path, mapped, -1 if self.host_wide else pid)
             if library is not None:
                 covering.append(library)
         told = self.reported.setdefault(pid, set())
@@ -106,15 +123,25 @@ class TlsProbes:
         return covering
 
     def forget(self, pid: int) -> None:
+        """The process is gone: detach what was attached for it alone."""
         self._seen.pop(pid, None)
         self.reported.pop(pid, None)
+        for path, addr, kind in self._per_process.pop(pid, []):
+            detach = self.bpf.detach_uretprobe if kind == "ret" else self.bpf.detach_uprobe
+            try:
+                detach(name=path, addr=addr, pid=pid)
+            except Exception:  # noqa: BLE001 - gone with the process
+                pass
+        for identity in [key for key in self.files if key[2] == pid]:
+            del self.files[identity]
 
-    def _probe_file(self, path: str, mapped: str) -> TlsLibrary | None:
+    def _probe_file(self, path: str, mapped: str, pid: int) -> TlsLibrary | None:
+        """Attach to ``path`` for ``pid`` (-1: every process), once per (inode, pid)."""
         try:
             st = os.stat(path)
         except OSError:
             return None
-        identity = (st.st_dev, st.st_ino)
+        identity = (st.st_dev, st.st_ino, pid)
         if identity in self.files:
             return self.files[identity]
         self.files[identity] = None
@@ -125,21 +152,34 @@ class TlsProbes:
         attached = []
         for name, entry, ret in TLS_FUNCTIONS:
             symbol = by_name.get(name)
-            if symbol is None:
-                continue
-            try:
-                if ret:  # the return first: a call in flight is never seen entering only
-                    self.bpf.attach_uretprobe(name=path, addr=symbol.vaddr, fn_name=ret, pid=-1)
-                self.bpf.attach_uprobe(name=path, addr=symbol.vaddr, fn_name=entry, pid=-1)
-            except Exception as exc:  # noqa: BLE001 - BCC raises plain Exception
-                log.warning("TLS: cannot probe %s in %s: %s", name, mapped, exc)
-                continue
-            attached.append(name)
-        if not any(name in attached for name in REQUIRED):
+            if symbol is not None and self._attach(path, symbol.vaddr, entry, ret, pid, mapped, name):
+                attached.append(name)
+        if not all(name in attached for name in REQUIRED):
             return None
         library = TlsLibrary(mapped, flavour(mapped, by_name), tuple(attached))
         self.files[identity] = library
         return library
+
+    def _attach(self, path: str, addr: int, entry: str, ret: str | None, pid: int, mapped: str, name: str) -> bool:
+        done = []
+        try:
+            if ret:  # the return first: a call in flight is never seen entering only
+                self.bpf.attach_uretprobe(name=path, addr=addr, fn_name=ret, pid=pid)
+                done.append((path, addr, "ret"))
+            self.bpf.attach_uprobe(name=path, addr=addr, fn_name=entry, pid=pid)
+            done.append((path, addr, "entry"))
+        except Exception as exc:  # noqa: BLE001 - BCC raises plain Exception
+            log.warning("TLS: cannot probe %s in %s: %s", name, mapped, exc)
+            for _path, _addr, kind in done:
+                detach = self.bpf.detach_uretprobe if kind == "ret" else self.bpf.detach_uprobe
+                try:
+                    detach(name=path, addr=addr, pid=pid)
+                except Exception:  # noqa: BLE001
+                    pass
+            return False
+        if pid > 0:
+            self._per_process.setdefault(pid, []).extend(done)
+        return True
 
 
 def candidate(path: str, mapped: str) -> bool:
