@@ -301,3 +301,56 @@ def test_asyncio_client_and_server_both_on_memory_bios(services, agent, certific
     for s in server_spans:
         assert client_by_id[s.span.parent_span_id].attributes["url.full"].endswith(s.attributes["url.path"])
     assert_ciphertext_never_parsed(spans, run.stats(), 8)
+
+
+LATE_SSL_CLIENT = textwrap.dedent(
+    """
+    import sys, time, socket
+    port, ca = int(sys.argv[1]), sys.argv[2]
+    maps = open("/proc/self/maps").read()
+    print("ready", "ssl" in sys.modules or "libssl" in maps, flush=True)
+    sys.stdin.readline()
+    import ssl  # loads libssl now (dlopen of _ssl and its libssl), after the agent started
+
+    def get(path):
+        context = ssl.create_default_context(cafile=ca)
+        with context.wrap_socket(socket.create_connection(("127.0.0.1", port)), server_hostname="127.0.0.1") as tls:
+            tls.sendall(f"GET {path} HTTP/1.1\\r\\nHost: 127.0.0.1:{port}\\r\\nConnection: close\\r\\n\\r\\n".encode())
+            answer = b""
+            while chunk := tls.recv(65536):
+                answer += chunk
+        return answer.split(b" ", 2)[1].decode()
+
+    codes = [get("/v1/models")]
+    time.sleep(1.5)  # the agent re-reads the maps of a process opening a connection (at most once a second)
+    codes += [get("/v1/models?late=1"), get("/nope")]
+    print(" ".join(codes), flush=True)
+    """
+)
+
+
+def test_a_libssl_loaded_after_the_agent_started_is_found_at_the_next_connection(services, agent, certificate, tmp_path):
+    cert, key = certificate
+    server = services([str(EXAMPLES / "openai_mock_asgi.py"), "--port", "0", "--ssl-keyfile", str(key), "--ssl-certfile", str(cert)])
+    script = tmp_path / "late_ssl_client.py"
+    script.write_text(LATE_SSL_CLIENT)
+    client = subprocess.Popen(
+        [sys.executable, "-S", str(script), str(server.port), str(cert)],  # -S: no site module, nothing imports ssl early
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert client.stdout.readline().split() == ["ready", "False"]  # no libssl mapped when the agent starts
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(server.pid), "--pid", str(client.pid), "--json-file", str(out)])
+    assert f"TLS: pid {client.pid}:" not in run.output
+    client.stdin.write("go\n")
+    client.stdin.flush()
+    stdout, stderr = client.communicate(timeout=60)
+    assert stdout.split() == ["200", "200", "404"], stderr
+    assert run.stop() == 0
+    assert f"TLS: pid {client.pid}: plaintext of " in run.output  # found once ssl was imported
+    client_spans = [s for s in spans_in_file(out) if s.span.kind == CLIENT]
+    base = f"https://127.0.0.1:{server.port}"
+    # the calls after the first connection are traced on the client side (the first may be missed)
+    assert [s.attributes["url.full"] for s in client_spans][-2:] == [f"{base}/v1/models", f"{base}/nope"]
+    assert [s.attributes["http.response.status_code"] for s in client_spans][-2:] == [200, 404]
+    assert len([s for s in spans_in_file(out) if s.span.kind == SERVER]) == 3

@@ -243,6 +243,8 @@ class EbpfSource:
         self._udp_peers: dict[int, tuple[int, str, int]] = {}
         #: TLS library probes (None: --no-tls, or not started)
         self.tls = None
+        #: pid -> when its maps were last re-read for TLS libraries on a new connection
+        self._tls_looked: dict[int, float] = {}
         #: how socket I/O is hooked (set by start())
         self.sock_capture: SockCapture | None = None
 
@@ -427,6 +429,7 @@ class EbpfSource:
 
     def forget_process(self, pid: int) -> None:
         self._watched.discard(pid)
+        self._tls_looked.pop(pid, None)
         if self.tls is not None:
             self.tls.forget(pid)
         if self.uprobes is not None:
@@ -447,6 +450,17 @@ class EbpfSource:
             if self.tls is not None:
                 count += len(self.tls.scan(pid))
         return count
+
+    def _tls_look_again(self, pid: int, now: float) -> None:
+        """A traced process opened a connection: it may have loaded a TLS library
+        since it was last scanned (dlopen, or CPython importing ssl late). Re-read
+        its maps, at most once a second per process (one /proc read when nothing changed)."""
+        if pid not in self._watched or now - self._tls_looked.get(pid, 0.0) < 1.0:
+            return
+        if len(self._tls_looked) > 65536:
+            self._tls_looked.clear()
+        self._tls_looked[pid] = now
+        self.tls.scan(pid)
 
     def add_call_probe(self, name: str, library: str, symbols: tuple[str, ...], returns: bool = True, label: str = "") -> None:
         """Probe ``symbols`` in every watched (and later watched) process mapping a
@@ -529,6 +543,8 @@ class EbpfSource:
         for event in events:
             kind = type(event)
             if kind is ConnOpen:
+                if self.tls is not None:
+                    self._tls_look_again(event.pid, now)
                 if event.family == 0:
                     procfs.fill_tuple_from_proc(event)
                 if event.protocol == procfs.IPPROTO_UDP and event.peer_port:

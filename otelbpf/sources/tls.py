@@ -14,9 +14,10 @@ process started later from its first call, even one that lives for a few
 milliseconds (curl). With ``--pid`` only, once per (file, process), so that
 untraced processes take no uprobe trap (see :class:`TlsProbes`). Other copies (a wheel's bundled libssl, a dlopen()ed
 one) are found when the agent first sees a traced process (its exec, or its
-first socket data) and by the periodic re-scan of traced processes' maps
-(``CaptureConfig.rescan_interval_s``, 5 s), which reads /proc/PID/maps and
-does nothing more when the executable mappings did not change.
+first connection), when a traced process opens a connection (its maps are
+read again, at most once a second: ``EbpfSource._tls_look_again``) and by the
+periodic re-scan (``CaptureConfig.rescan_interval_s``, 5 s); a re-read does
+nothing more when the executable mappings did not change.
 
 Not covered: TLS libraries linked statically without exported symbols
 (BoringSSL inside grpcio, Go's crypto/tls, rustls, Java's JSSE).
