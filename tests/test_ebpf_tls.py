@@ -104,6 +104,7 @@ def assert_ciphertext_never_parsed(spans, stats, expected_spans: int) -> None:
     assert not any(key.startswith("otelbpf.protocol.violations") for key in stats), stats
     assert stats.get("otelbpf.events.lost", 0) == 0
     assert stats["otelbpf.tls.connections"] >= 1
+    assert stats.get("otelbpf.tls.unattributed", 0) == 0  # every plaintext call found its connection
 
 
 def test_curl_to_nginx_over_https_gives_spans_on_both_sides(nginx_https, certificate, agent, tmp_path):
