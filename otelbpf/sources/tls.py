@@ -183,19 +183,30 @@ class TlsProbes:
         return True
 
 
+#: (st_dev, st_ino, mtime) -> whether the file contains EXPORT_HINT: each file is searched once.
+_searched: dict[tuple[int, int, int], bool] = {}
+
+
 def candidate(path: str, mapped: str) -> bool:
     """Worth parsing as a TLS library: named libssl, or containing ``SSL_write`` (not too large)."""
     if LIBSSL_NAME.search(mapped):
         return True
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if not 0 < size <= MAX_SEARCHED_BYTES:
-                return False
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                return data.find(EXPORT_HINT) >= 0
+            st = os.fstat(f.fileno())
+            key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+            if key in _searched:
+                return _searched[key]
+            found = False
+            if 0 < st.st_size <= MAX_SEARCHED_BYTES:
+                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                    found = data.find(EXPORT_HINT) >= 0
     except (OSError, ValueError):
         return False
+    if len(_searched) > 4096:
+        _searched.clear()
+    _searched[key] = found
+    return found
 
 
 def flavour(path: str, by_name: dict) -> str:
