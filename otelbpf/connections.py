@@ -330,6 +330,8 @@ class ConnectionTable:
         """The socket carries TLS: its own bytes are ciphertext. Never parse
         them (whatever a detector made of them), and stop their copying in the
         kernel; the plaintext entry of the same socket is not affected."""
+        if conn.unrecognized and conn.session is None:
+            return  # already given up on (and muted)
         if conn.session is not None:
             self._end_session(conn, ts_ns)
             conn.session = None
