@@ -9,6 +9,7 @@
  *               per-syscall tracepoints of close/connect/accept/mmsg/recv exits)
  *   pytasks.c   CPython asyncio task steps (uprobes on PyIter_Send)
  *   calls.c     generic library call probes (uprobes): EV_CALL
+ *   tls.c       TLS plaintext (uprobes on OpenSSL SSL_read/SSL_write[_ex])
  *
  * Design rules (DEVELOPERS.md): tracepoints and uprobes only (no kprobes or
  * fentry on this class of kernels), no kernel struct dereferenced by header
@@ -16,7 +17,7 @@
  * submitted without waking the consumer (BPF_RB_NO_WAKEUP).
  *
  * Compile-time parameters (-D): CAPTURE_BYTES (power of two), RINGBUF_PAGES,
- * MAX_IOV, CAPTURE_UNIX, CAPTURE_UDP, HAVE_SK_DATA_READY, PID_MAX,
+ * MAX_IOV, CAPTURE_UNIX, CAPTURE_UDP, CAPTURE_TLS, HAVE_SK_DATA_READY, PID_MAX,
  * REG_* (per-arch saved-register offsets, from ebpf_layout.SYSCALL_REGS).
  */
 #include "common.h"
@@ -24,3 +25,4 @@
 #include "socket.c"
 #include "pytasks.c"
 #include "calls.c"
+#include "tls.c"

@@ -107,7 +107,8 @@ enum stat_index {
     STAT_NO_TUPLE = 2,      /* connection opened without a known tuple */
     STAT_MMSG_UNKNOWN = 3,  /* mmsg datagrams we could not place in their array: counted only */
     STAT_CALL_DEPTH = 4,    /* nested probed calls deeper than the per-thread stack */
-    STAT_COUNT = 5,
+    STAT_TLS_UNATTRIBUTED = 5, /* TLS plaintext with no connection to attribute it to: dropped */
+    STAT_COUNT = 6,
 };
 
 #endif

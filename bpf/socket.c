@@ -182,6 +182,8 @@ struct woken {
 BPF_TABLE("lru_hash", __u32, struct woken, woken_sk, 16384);
 
 static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn_id, __u64 ts);
+/* bpf/tls.c: a traced thread's stream I/O, for TLS attribution (also when muted). */
+static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u64 conn_id);
 
 /* The TCP socket sk is done: end the connection it carried, if still ours.
  * The entry stays (marked closed) until the fd is reused or evicted. */
@@ -319,6 +321,7 @@ static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
                 known->peer_sk = io->peer_sk;
                 emit_conn_info(id, io, known->conn_id, known->role, EV_CONN_PEER);
             }
+            tls_saw_socket_io(id, io, known->conn_id);
             return (known->muted & (1 << SOURCE_SOCKET)) ? 0 : known->conn_id;
         }
         if (known->conn_id && !known->closed_ts) /* fd reused for another socket: the old one is over */
@@ -339,6 +342,7 @@ static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
     if (io->protocol == MY_IPPROTO_TCP)
         sk_owner.update(&io->sk, &key);
     emit_conn_info(id, io, fresh.conn_id, role, EV_CONN_OPEN);
+    tls_saw_socket_io(id, io, fresh.conn_id);
     return fresh.conn_id;
 }
 

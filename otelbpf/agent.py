@@ -77,6 +77,7 @@ class Agent:
         self._stop_requested = False
         self.reorder = ReorderBuffer()
         self._kernel_lost_seen = 0
+        self._kernel_tls_unattributed_seen = 0
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -125,13 +126,18 @@ class Agent:
 
     def _sync_kernel_counters(self) -> None:
         try:
-            lost = self.source.kernel_stats().get("lost", 0)
+            kernel = self.source.kernel_stats()
         except Exception as exc:  # the maps are gone if BCC is tearing down
             log.debug("kernel stats unavailable: %s", exc)
             return
+        lost = kernel.get("lost", 0)
         if lost > self._kernel_lost_seen:
             self.counters.add("otelbpf.events.lost", lost - self._kernel_lost_seen)
             self._kernel_lost_seen = lost
+        unattributed = kernel.get("tls_unattributed", 0)  # TLS plaintext with no connection to put it on
+        if unattributed > self._kernel_tls_unattributed_seen:
+            self.counters.add("otelbpf.tls.unattributed", unattributed - self._kernel_tls_unattributed_seen)
+            self._kernel_tls_unattributed_seen = unattributed
 
     def stats(self) -> dict[str, int]:
         out = self.counters.as_dict()

@@ -105,6 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not probe CPython asyncio task steps (used to link calls made by asyncio servers)",
     )
     run.add_argument(
+        "--no-tls",
+        action="store_true",
+        help="do not probe OpenSSL for TLS plaintext (SSL_read/SSL_write uprobes; on by default)",
+    )
+    run.add_argument(
         "--max-cpu",
         type=_positive_float,
         metavar="CORES",
@@ -317,6 +322,7 @@ def cmd_run(args) -> int:
         capture_unix=not args.no_unix_sockets,
         capture_udp=args.udp,
         python_tasks=not args.no_python_tasks,
+        capture_tls=not args.no_tls,
     )
     try:
         config.validate()

@@ -315,12 +315,30 @@ class ConnectionTable:
         socket_conn = self._conns.get(event.conn_id * _SOURCES) if event.source else None
         if socket_conn is not None:
             conn = socket_conn.derived(key, event.source, event.ts_ns)
+            if event.source == Source.TLS:
+                self._mute_ciphertext(socket_conn, event.ts_ns)
         else:
             conn = Connection(event.conn_id, event.pid, event.fd, event.ts_ns)
             conn.source = event.source
             conn.key = key
+        if event.source == Source.TLS:
+            self.counters.add("otelbpf.tls.connections")
         self._insert(conn)
         return conn
+
+    def _mute_ciphertext(self, conn: Connection, ts_ns: int) -> None:
+        """The socket carries TLS: its own bytes are ciphertext. Never parse
+        them (whatever a detector made of them), and stop their copying in the
+        kernel; the plaintext entry of the same socket is not affected."""
+        if conn.unrecognized and conn.session is None:
+            return  # already given up on (and muted)
+        if conn.session is not None:
+            self._end_session(conn, ts_ns)
+            conn.session = None
+        conn._probe_events = []
+        conn.unrecognized = True
+        if self.on_unrecognized is not None:
+            self.on_unrecognized(conn)  # mutes its SOCKET source only
 
     def datagram(self, event: DatagramEvent) -> None:
         """One datagram sent or received: fed to its (socket, source, peer) flow's session."""

@@ -249,6 +249,43 @@ def check_uprobes() -> Check:
     return Check("uprobes", WARN, "not available: TLS/CUDA/NCCL probes will be off", "CONFIG_UPROBE_EVENTS=y")
 
 
+def check_tls() -> list[Check]:
+    """Which TLS libraries `run` can take plaintext from (the host's libssl,
+    probed once for every process; other copies are found per process), and
+    which it cannot yet."""
+    from otelbpf.sources.tls import NOT_COVERED, REQUIRED, TLS_FUNCTIONS, flavour, system_libssl_paths
+    from otelbpf.sources.uprobes import resolve_symbols
+
+    checks = []
+    for path in system_libssl_paths():
+        symbols = resolve_symbols(path, [name for name, _e, _r in TLS_FUNCTIONS if name != "SSL_free"])
+        names = [name for symbol in symbols for name in symbol.names]
+        if all(name in names for name in REQUIRED):
+            detail = f"{os.path.basename(path)} ({flavour(path, dict.fromkeys(names))}) at {path}: probes {', '.join(names)}"
+            checks.append(Check("TLS plaintext", OK, detail))
+        else:
+            checks.append(Check("TLS plaintext", WARN, f"{path} exports no SSL_read/SSL_write: not probed"))
+    if not checks:
+        checks.append(
+            Check("TLS plaintext", INFO, "no libssl in the linker cache; a libssl a process maps from elsewhere is found per process")
+        )
+    checks.append(Check("TLS plaintext", INFO, "not covered yet: " + NOT_COVERED + _grpcio_boringssl()))
+    return checks
+
+
+def _grpcio_boringssl() -> str:
+    """Where grpcio's BoringSSL is, if grpcio is installed for this interpreter (it is not probed)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("grpc")
+    except (ImportError, ValueError):
+        return ""
+    if spec is None or not spec.submodule_search_locations:
+        return ""
+    return f" (grpcio here: {next(iter(spec.submodule_search_locations))}/_cython)"
+
+
 def check_kprobes() -> Check:
     if _exists(Path("/sys/bus/event_source/devices/kprobe")) or _exists(TRACEFS / "kprobe_events"):
         return Check("kprobes", INFO, "available (not used: otelbpf relies on tracepoints and uprobes only)")
@@ -326,6 +363,7 @@ def run_checks() -> list[Check]:
     if checks[-1].status != FAIL:
         checks += check_tracepoints()
         checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
+        checks += check_tls()
     checks += [check_ringbuf(), check_bcc(), check_kernel_headers()]
     return checks
 

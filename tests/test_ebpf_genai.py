@@ -115,12 +115,16 @@ def test_openai_sdk_against_the_mock_server_gives_genai_spans_on_both_sides(serv
     assert client.returncode == 0, stderr
     sent = json.loads(stdout.strip().splitlines()[-1])
     assert run.stop() == 0, run.output
+    assert_genai_spans_match(out, metrics_out, sent, server.pid, client.pid, run.stats())
 
+
+def assert_genai_spans_match(out, metrics_out, sent, server_pid, client_pid, stats) -> None:
+    """The spans and metrics of CLIENT_SCRIPT's calls (``sent``: what the SDK received) on both sides."""
     spans = [s for s in spans_in_file(out) if "gen_ai.operation.name" in s.attributes]
     assert len(spans) == 8, [(s.name, s.span.kind) for s in spans_in_file(out)]
     by_side = {(s.span.kind, s.attributes.get("gen_ai.response.id") or s.attributes["gen_ai.operation.name"]): s for s in spans}
-    assert {s.resource["process.pid"] for s in spans if s.span.kind == SERVER} == {server.pid}
-    assert {s.resource["process.pid"] for s in spans if s.span.kind == CLIENT} == {client.pid}
+    assert {s.resource["process.pid"] for s in spans if s.span.kind == SERVER} == {server_pid}
+    assert {s.resource["process.pid"] for s in spans if s.span.kind == CLIENT} == {client_pid}
 
     for call in ("chat", "stream", "big"):
         expected = sent[call]
@@ -178,6 +182,5 @@ def test_openai_sdk_against_the_mock_server_gives_genai_spans_on_both_sides(serv
                  "gen_ai.server.time_to_first_token", "gen_ai.server.time_per_output_token"):  # fmt: skip
         assert name in names, sorted(names)
     assert {p.get("gen_ai.token.type") for p in names["gen_ai.client.token.usage"]} == {"input", "output"}
-    stats = run.stats()
     assert stats.get("otelbpf.events.lost", 0) == 0
     assert not any(key.startswith("otelbpf.spans.failed") for key in stats), stats

@@ -49,7 +49,7 @@ int main(void) {
     F(call_info, probe_id); F(call_info, call_flags); F(call_info, end_ns); F(call_info, args); F(call_info, ret);
 #define C(name) printf(#name " %d\n", (int)(name))
     C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
-    C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_COUNT);
+    C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_COUNT);
     C(SOURCE_SOCKET); C(SOURCE_TLS); C(DF_SENDFILE); C(DF_IOV_TRUNCATED); C(DF_MMSG_UNKNOWN);
     return 0;
 }
@@ -113,7 +113,7 @@ def test_datagram_proc_and_call_records_match_c(c_layout):
 def test_constants_match_c(c_layout):
     names = (
         "EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER EV_DATAGRAM EV_PROC_START EV_CALL "
-        "STAT_LOST STAT_IO_MAP_FULL STAT_NO_TUPLE STAT_MMSG_UNKNOWN STAT_CALL_DEPTH STAT_COUNT "
+        "STAT_LOST STAT_IO_MAP_FULL STAT_NO_TUPLE STAT_MMSG_UNKNOWN STAT_CALL_DEPTH STAT_TLS_UNATTRIBUTED STAT_COUNT "
         "SOURCE_SOCKET SOURCE_TLS DF_SENDFILE DF_IOV_TRUNCATED DF_MMSG_UNKNOWN"
     ).split()
     for name in names:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from otelbpf import semconv as sc
-from otelbpf.events import CallEvent
+from otelbpf.events import CallEvent, Source
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanRecord, StatusCode
 from protocols.base import Exchange, Outcome
@@ -57,6 +57,11 @@ class CallSemantics(Protocol):
 def scope_name(protocol: str) -> str:
     """The instrumentation scope of a protocol's spans: ``otelbpf.<id>``."""
     return f"otelbpf.{protocol}"
+
+
+def url_scheme(conn) -> str:
+    """``https`` when the bytes came from the TLS plaintext probes, else ``http``."""
+    return "https" if getattr(conn, "source", Source.SOCKET) == Source.TLS else "http"
 
 
 def network_transport(conn, attrs: dict[str, AttributeValue]) -> None:

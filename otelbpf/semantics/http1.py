@@ -20,7 +20,14 @@ import re
 from otelbpf import semconv as sc
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
-from otelbpf.semantics.common import SpanOptions, network_transport, outcome_status, peer_attributes, span_record
+from otelbpf.semantics.common import (
+    SpanOptions,
+    network_transport,
+    outcome_status,
+    peer_attributes,
+    span_record,
+    url_scheme,
+)
 from protocols.http1.types import PROTOCOL, HttpExchange
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
@@ -132,7 +139,7 @@ class Http1Semantics:
     def _server_attributes(method, path, query, host_header, conn, options, attrs) -> str:
         route = derive_route(path)
         attrs[sc.URL_PATH] = path
-        attrs[sc.URL_SCHEME] = "http"
+        attrs[sc.URL_SCHEME] = url_scheme(conn)
         attrs[sc.HTTP_ROUTE] = route
         if options.include_query and query:
             attrs[sc.URL_QUERY] = query
@@ -153,7 +160,7 @@ class Http1Semantics:
         if port:
             attrs[sc.SERVER_PORT] = port
         authority = host_header or (f"{conn.peer_addr}:{conn.peer_port}" if conn.peer_addr else "")
-        full = f"http://{authority}{path}"
+        full = f"{url_scheme(conn)}://{authority}{path}"
         if options.include_query and query:
             full += f"?{query}"
         attrs[sc.URL_FULL] = full

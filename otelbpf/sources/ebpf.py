@@ -31,6 +31,7 @@ from otelbpf.sources.ebpf_layout import (
     STAT_LOST,
     STAT_MMSG_UNKNOWN,
     STAT_NO_TUPLE,
+    STAT_TLS_UNATTRIBUTED,
     RecordDecoder,
     regs_cflags,
 )
@@ -173,6 +174,8 @@ class CaptureConfig:
     #: tracepoints (recv* exits, *mmsg enters), and enabling any syscalls:*
     #: tracepoint puts every syscall on the host on the kernel's slower path.
     capture_udp: bool = False
+    #: Capture TLS plaintext with uprobes on OpenSSL (bpf/tls.c, otelbpf/sources/tls.py).
+    capture_tls: bool = True
     #: How often read() re-scans watched processes' maps for newly loaded libraries (0: never).
     rescan_interval_s: float = 5.0
 
@@ -238,6 +241,10 @@ class EbpfSource:
         self._announce_initial = True
         #: conn_id -> (family, addr, port) of connected UDP sockets, from /proc
         self._udp_peers: dict[int, tuple[int, str, int]] = {}
+        #: TLS library probes (None: --no-tls, or not started)
+        self.tls = None
+        #: pid -> when its maps were last re-read for TLS libraries on a new connection
+        self._tls_looked: dict[int, float] = {}
         #: how socket I/O is hooked (set by start())
         self.sock_capture: SockCapture | None = None
 
@@ -261,6 +268,7 @@ class EbpfSource:
             f"-DPID_MAX={pid_max()}",
             f"-DHAVE_SK_DATA_READY={int(Path('/sys/kernel/tracing/events/sock/sk_data_ready').is_dir())}",
             f"-DCAPTURE_UDP={int(self.config.capture_udp)}",
+            f"-DCAPTURE_TLS={int(self.config.capture_tls)}",
             f"-DTRACE_MODE={MODE_ALL if self.config.trace_all else MODE_LISTED}",
             f"-DAGENT_TGID={os.getpid()}",
             "-Wno-macro-redefined",
@@ -312,6 +320,12 @@ class EbpfSource:
 
             specs.append(SPEC)
         self.uprobes = UprobeAttacher(self._bpf, specs, on_attach=self._on_uprobe_attach, on_detach=self._on_uprobe_detach)
+        if self.config.capture_tls:
+            from otelbpf.sources.tls import TlsProbes
+
+            # host-wide when processes started later are traced by name (cover them from their first call)
+            self.tls = TlsProbes(self._bpf, host_wide=bool(self.config.comms or self.config.trace_all))
+            self.tls.attach_system()
         for pid in self._initial_pids:
             # attach the per-process probes before the first request, not at first sight
             self.watch_process(pid)
@@ -410,10 +424,14 @@ class EbpfSource:
         if self._bpf is None or self.uprobes is None:
             return False
         self._watched.add(pid)
-        return bool(self.uprobes.scan(pid))
+        tls = bool(self.tls.scan(pid)) if self.tls is not None else False
+        return bool(self.uprobes.scan(pid)) or tls
 
     def forget_process(self, pid: int) -> None:
         self._watched.discard(pid)
+        self._tls_looked.pop(pid, None)
+        if self.tls is not None:
+            self.tls.forget(pid)
         if self.uprobes is not None:
             self.uprobes.forget(pid)
 
@@ -429,7 +447,20 @@ class EbpfSource:
                 self.forget_process(pid)
                 continue
             count += len(self.uprobes.rescan(pid))
+            if self.tls is not None:
+                count += len(self.tls.scan(pid))
         return count
+
+    def _tls_look_again(self, pid: int, now: float) -> None:
+        """A traced process opened a connection: it may have loaded a TLS library
+        since it was last scanned (dlopen, or CPython importing ssl late). Re-read
+        its maps, at most once a second per process (one /proc read when nothing changed)."""
+        if pid not in self._watched or now - self._tls_looked.get(pid, 0.0) < 1.0:
+            return
+        if len(self._tls_looked) > 65536:
+            self._tls_looked.clear()
+        self._tls_looked[pid] = now
+        self.tls.scan(pid)
 
     def add_call_probe(self, name: str, library: str, symbols: tuple[str, ...], returns: bool = True, label: str = "") -> None:
         """Probe ``symbols`` in every watched (and later watched) process mapping a
@@ -512,6 +543,8 @@ class EbpfSource:
         for event in events:
             kind = type(event)
             if kind is ConnOpen:
+                if self.tls is not None:
+                    self._tls_look_again(event.pid, now)
                 if event.family == 0:
                     procfs.fill_tuple_from_proc(event)
                 if event.protocol == procfs.IPPROTO_UDP and event.peer_port:
@@ -544,6 +577,7 @@ class EbpfSource:
             "no_tuple": int(table.sum(ctypes.c_int(STAT_NO_TUPLE)).value),
             "mmsg_unknown": int(table.sum(ctypes.c_int(STAT_MMSG_UNKNOWN)).value),
             "call_depth": int(table.sum(ctypes.c_int(STAT_CALL_DEPTH)).value),
+            "tls_unattributed": int(table.sum(ctypes.c_int(STAT_TLS_UNATTRIBUTED)).value),
         }
 
     def close(self) -> None:

@@ -1,0 +1,262 @@
+/* TLS plaintext: uprobes on OpenSSL's SSL_read, SSL_write, SSL_read_ex,
+ * SSL_write_ex (entry + return) and SSL_free (entry). Included by capture.c
+ * after socket.c; attached once per library file (pid -1) by
+ * otelbpf/sources/tls.py, so every process mapping that file is covered from
+ * its first call, and the traced-process filter runs first.
+ *
+ * At entry the thread's call is remembered (ssl, buffer, length pointer of
+ * the _ex forms); at return the bytes actually read or written (ret, or
+ * *readbytes / *written) are copied, bounded by CAPTURE_BYTES, as an EV_DATA
+ * record with source SOURCE_TLS on the connection the SSL object is
+ * attributed to:
+ *
+ *   1. socket-bound SSL (curl, nginx, CPython ssl on a socket): socket I/O on
+ *      the same thread *inside* the call (socket.c calls tls_saw_socket_io)
+ *      names the connection; ssl -> connection is remembered (ssl_conns);
+ *   2. an SSL object already attributed: ssl_conns;
+ *   3. memory BIOs (asyncio, uvicorn --ssl-*: no fd, no socket I/O inside
+ *      the call): a read is attributed to the last socket receive on the
+ *      same thread before it (the event loop reads ciphertext, feeds the BIO
+ *      and calls SSL_read in one callback); a write whose SSL object is not
+ *      known yet is attributed by the next socket send on the thread
+ *      (tls_write_waiting): that first write's record waits in
+ *      tls_write_held (per thread) and is submitted at that send, with its
+ *      connection; a thread that never sends drops it at its next SSL write
+ *      (counted, STAT_TLS_UNATTRIBUTED).
+ *
+ * SSL_free forgets the object (its address may be reused for another
+ * connection). Plaintext of a connection user space muted for SOURCE_TLS is
+ * not copied; the ciphertext (SOURCE_SOCKET) is muted by user space as soon
+ * as plaintext is seen, independently.
+ */
+#ifndef CAPTURE_TLS
+#define CAPTURE_TLS 1
+#endif
+/* A receive older than this is not the ciphertext of a memory-BIO read. */
+#define TLS_RECV_WINDOW_NS 1000000000ULL
+
+struct tls_call {
+    __u64 ssl;
+    __u64 buf;
+    __u64 len_ptr; /* size_t * of SSL_read_ex/SSL_write_ex; 0 for the int forms */
+    __u64 entry_ts;
+    __u64 sock_ts; /* first socket I/O of the thread inside the call */
+    __u64 conn_id; /* its connection (0: none inside the call) */
+    __s32 fd;
+    __u8 direction;
+    __u8 pad[3];
+};
+
+struct ssl_key {
+    __u32 tgid;
+    __u32 pad;
+    __u64 ssl;
+};
+
+struct ssl_conn {
+    __u64 conn_id;
+    __s32 fd;
+    __u32 pad;
+};
+
+struct thread_io {
+    __u64 conn_id;
+    __u64 ts;
+    __s32 fd;
+    __u32 pad;
+};
+
+/* LRU: a thread killed inside a call leaves its entry behind. */
+BPF_TABLE("lru_hash", __u32, struct tls_call, tls_calls, 16384);
+BPF_TABLE("lru_hash", struct ssl_key, struct ssl_conn, ssl_conns, 65536);
+/* tid -> the last stream receive outside a TLS call (memory-BIO reads). */
+BPF_TABLE("lru_hash", __u32, struct thread_io, tls_last_recv, 16384);
+/* tid -> an SSL object whose write had no connection yet: the next send binds it. */
+BPF_TABLE("lru_hash", __u32, struct ssl_key, tls_write_waiting, 16384);
+BPF_PERCPU_ARRAY(tls_scratch, struct data_record, 1);
+/* tid -> the record of a first memory-BIO write, until the send that carries it. Few at a time. */
+BPF_TABLE("lru_hash", __u32, struct data_record, tls_write_held, 256);
+
+/* Called by socket.c for every stream socket I/O of a traced thread, with
+ * the connection's id (also when its ciphertext is muted). */
+static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u64 conn_id)
+{
+#if CAPTURE_TLS
+    if (io->protocol == MY_IPPROTO_UDP || !conn_id)
+        return;
+    __u32 tid = (__u32)id;
+    struct tls_call *call = tls_calls.lookup(&tid);
+    if (call) {
+        if (!call->conn_id) {
+            call->conn_id = conn_id;
+            call->fd = io->fd;
+            call->sock_ts = io->ts;
+        }
+        return;
+    }
+    if (io->direction == DIR_INGRESS) {
+        struct thread_io last = {.conn_id = conn_id, .ts = io->ts, .fd = io->fd};
+        tls_last_recv.update(&tid, &last);
+        return;
+    }
+    struct ssl_key *waiting = tls_write_waiting.lookup(&tid);
+    if (waiting) {
+        struct ssl_key key = *waiting;
+        struct ssl_conn bound = {.conn_id = conn_id, .fd = io->fd};
+        ssl_conns.update(&key, &bound);
+        tls_write_waiting.delete(&tid);
+        struct data_record *held = tls_write_held.lookup(&tid);
+        if (held) {
+            held->hdr.conn_id = conn_id;
+            held->hdr.fd = io->fd;
+            __u64 captured = held->hdr.captured_len;
+            BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
+            submit_stat(held, sizeof(struct event_hdr) + captured);
+            tls_write_held.delete(&tid);
+        }
+    }
+#endif
+}
+
+#if CAPTURE_TLS
+static __always_inline int tls_enter(struct pt_regs *ctx, __u8 direction, int ex)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    __u32 tid = (__u32)id;
+    struct tls_call call = {};
+    call.ssl = PT_REGS_PARM1(ctx);
+    call.buf = PT_REGS_PARM2(ctx);
+    call.len_ptr = ex ? PT_REGS_PARM4(ctx) : 0;
+    call.entry_ts = bpf_ktime_get_ns();
+    call.fd = -1;
+    call.direction = direction;
+    tls_calls.update(&tid, &call);
+    return 0;
+}
+
+int tls_read_enter(struct pt_regs *ctx) { return tls_enter(ctx, DIR_INGRESS, 0); }
+int tls_write_enter(struct pt_regs *ctx) { return tls_enter(ctx, DIR_EGRESS, 0); }
+int tls_read_ex_enter(struct pt_regs *ctx) { return tls_enter(ctx, DIR_INGRESS, 1); }
+int tls_write_ex_enter(struct pt_regs *ctx) { return tls_enter(ctx, DIR_EGRESS, 1); }
+
+/* Bytes the call moved: ret for SSL_read/SSL_write, *len_ptr when the _ex form returned 1. */
+static __always_inline __u64 tls_moved(struct tls_call *call, long ret)
+{
+    if (call->len_ptr) {
+        if (ret != 1)
+            return 0;
+        __u64 moved = 0;
+        bpf_probe_read_user(&moved, sizeof(moved), (void *)call->len_ptr);
+        return moved;
+    }
+    return (int)ret > 0 ? (__u64)(int)ret : 0;
+}
+
+/* The connection of a call without socket I/O inside: the SSL object's known
+ * one, else (memory BIO) the thread's last receive for a read; 0 for a write
+ * (the next send will tell: tls_return holds it). Sets *ts to the best time. */
+static __always_inline __u64 tls_attribute(__u32 tgid, __u32 tid, struct tls_call *call, struct ssl_key *key, __s32 *fd, __u64 *ts)
+{
+    struct thread_io *last = tls_last_recv.lookup(&tid);
+    struct ssl_conn *bound = ssl_conns.lookup(key);
+    if (bound) {
+        *fd = bound->fd;
+        if (call->direction == DIR_INGRESS && last && last->conn_id == bound->conn_id && call->entry_ts - last->ts < TLS_RECV_WINDOW_NS)
+            *ts = last->ts;
+        return bound->conn_id;
+    }
+    if (call->direction == DIR_INGRESS) {
+        if (!last || call->entry_ts - last->ts > TLS_RECV_WINDOW_NS)
+            return 0;
+        struct ssl_conn fresh = {.conn_id = last->conn_id, .fd = last->fd};
+        ssl_conns.update(key, &fresh);
+        *fd = last->fd;
+        *ts = last->ts;
+        return last->conn_id;
+    }
+    return 0;
+}
+
+static __always_inline int tls_return(struct pt_regs *ctx)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)id;
+    struct tls_call *found = tls_calls.lookup(&tid);
+    if (!found)
+        return 0;
+    struct tls_call call = *found;
+    tls_calls.delete(&tid);
+    __u64 moved = tls_moved(&call, (long)PT_REGS_RC(ctx));
+    if (!moved)
+        return 0;
+    __u32 tgid = id >> 32;
+    struct ssl_key key = {.tgid = tgid, .ssl = call.ssl};
+    __u64 conn_id = call.conn_id;
+    __s32 fd = call.fd;
+    __u64 ts = call.direction == DIR_INGRESS ? bpf_ktime_get_ns() : call.entry_ts;
+    if (conn_id) {
+        struct ssl_conn bound = {.conn_id = conn_id, .fd = fd};
+        ssl_conns.update(&key, &bound);
+        ts = call.sock_ts;
+    } else {
+        conn_id = tls_attribute(tgid, tid, &call, &key, &fd, &ts);
+    }
+    int hold = !conn_id && call.direction == DIR_EGRESS;
+    if (!conn_id && !hold) {
+        count_stat(STAT_TLS_UNATTRIBUTED);
+        return 0;
+    }
+    struct conn_key ck = {.tgid = tgid, .fd = fd};
+    struct conn_val *known = conns.lookup(&ck);
+    if (!hold && known && known->conn_id == conn_id && (known->muted & (1 << SOURCE_TLS)))
+        return 0;
+    __u64 captured = moved < CAPTURE_BYTES ? moved : CAPTURE_BYTES;
+    if (!hold && ring_full_for(sizeof(struct event_hdr) + captured))
+        return 0; /* counted; no copy (common.h) */
+    int zero = 0;
+    struct data_record *rec = tls_scratch.lookup(&zero);
+    if (!rec)
+        return 0;
+    BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
+    bpf_probe_read_user(rec->data, captured, (void *)call.buf);
+    rec->hdr.ts_ns = ts;
+    rec->hdr.conn_id = conn_id;
+    rec->hdr.tgid = tgid;
+    rec->hdr.tid = tid;
+    rec->hdr.fd = fd;
+    rec->hdr.type = EV_DATA;
+    rec->hdr.direction = call.direction;
+    rec->hdr.flags = 0;
+    rec->hdr.source = SOURCE_TLS;
+    rec->hdr.total_len = moved > 0xFFFFFFFFULL ? 0xFFFFFFFF : (__u32)moved;
+    rec->hdr.captured_len = captured;
+    rec->hdr.task_id = current_task_id(tid);
+    if (hold) {
+        /* a memory-BIO write on an SSL object not attributed yet: the next
+         * send of this thread carries it (tls_saw_socket_io) */
+        if (tls_write_waiting.lookup(&tid))
+            count_stat(STAT_TLS_UNATTRIBUTED); /* the previous one never went out */
+        tls_write_waiting.update(&tid, &key);
+        tls_write_held.update(&tid, rec);
+        return 0;
+    }
+    submit_stat(rec, sizeof(struct event_hdr) + captured);
+    return 0;
+}
+
+int tls_read_return(struct pt_regs *ctx) { return tls_return(ctx); }
+int tls_write_return(struct pt_regs *ctx) { return tls_return(ctx); }
+
+/* SSL_free(ssl): the address may be reused by another connection's object. */
+int tls_free_enter(struct pt_regs *ctx)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    if (!is_traced(id >> 32))
+        return 0;
+    struct ssl_key key = {.tgid = id >> 32, .ssl = PT_REGS_PARM1(ctx)};
+    ssl_conns.delete(&key);
+    return 0;
+}
+#endif
