@@ -150,6 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"the agent's scheduling niceness, 0..19 (default {DEFAULT_NICE}): on a busy core the traced services win "
         "the CPU, and what the agent cannot keep up with is dropped in the kernel and counted",
     )
+    run.add_argument(
+        "--health-port",
+        type=_positive_int,
+        metavar="PORT",
+        help="serve /healthz, /readyz and Prometheus /metrics (self-metrics) on this port",
+    )
     run.add_argument("--stats-interval", type=_positive_float, metavar="SECONDS", help="log the self-metrics this often")
     _add_output_options(run)
 
@@ -339,6 +345,7 @@ def cmd_run(args) -> int:
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
     from otelbpf.semantics import SpanOptions
     from otelbpf.exclusions import ExcludingSource
+    from otelbpf.health import HealthServer, Heartbeat
     from otelbpf.firstrun import check_output_options, check_pids_exist, exit_status, remove_empty_outputs
 
     yield_cpu(args.nice)  # first: every thread created from here on inherits it
@@ -380,7 +387,13 @@ def cmd_run(args) -> int:
         print(f"otelbpf: output: {exc}", file=sys.stderr)
         return 2
 
-    source = ExcludingSource(EbpfSource(config), exclusions, counters)
+    source = Heartbeat(ExcludingSource(EbpfSource(config), exclusions, counters))
+    try:
+        health = HealthServer(args.health_port, source, counters).start() if args.health_port else None
+    except OSError as exc:
+        print(f"otelbpf: --health-port {args.health_port}: {exc}", file=sys.stderr)
+        consumer.shutdown(1.0)
+        return 2
     log.info("otelbpf: never traced: the agent; %s", exclusions.describe())
     options = SpanOptions(include_query=args.include_query_strings, capture_genai_content=args.capture_genai_content)
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
@@ -398,7 +411,10 @@ def cmd_run(args) -> int:
         print(f"otelbpf: {exc}", file=sys.stderr)
         consumer.shutdown(1.0)
         remove_empty_outputs(args)
+        if health is not None:
+            health.close()
         return 1
+    source.ready = True
     log.info("otelbpf: tracing, %d probes attached (%.1fs)", probes, time.monotonic() - started)
     try:
         agent.run(args.duration)
@@ -406,6 +422,8 @@ def cmd_run(args) -> int:
         stats = agent.stats()
         log.info("otelbpf: stats %s", json.dumps(stats))
         source.close()
+        if health is not None:
+            health.close()
     return exit_status(stats, args.fail_on_drop)
 
 
