@@ -163,6 +163,21 @@ def check_process_identity(sample: tuple[int, int] | None = None) -> Check:
     )
 
 
+def check_bpf_sources() -> Check:
+    """BCC compiles bpf/*.c at start-up: an installed (non-editable) agent
+    finds them through OTELBPF_BPF_DIR (the image sets it)."""
+    from otelbpf.sources.ebpf import BPF_DIR
+
+    if _exists(BPF_DIR / "capture.c"):
+        return Check("probe sources", OK, str(BPF_DIR))
+    return Check(
+        "probe sources",
+        FAIL,
+        f"{BPF_DIR / 'capture.c'} missing: nothing to compile",
+        "set OTELBPF_BPF_DIR to the repository's bpf/ folder (deploy/Dockerfile copies it to /opt/otelbpf/bpf)",
+    )
+
+
 def check_btf() -> Check:
     if _exists(Path("/sys/kernel/btf/vmlinux")):
         return Check("btf", OK, "/sys/kernel/btf/vmlinux present")
@@ -384,7 +399,7 @@ def run_checks() -> list[Check]:
     if checks[-1].status != FAIL:
         checks += check_tracepoints()
         checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
-    checks += [check_ringbuf(), check_bcc(), check_kernel_headers(), check_process_identity()]
+    checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers(), check_process_identity()]
     return checks
 
 

@@ -95,3 +95,17 @@ def test_traces_only_backend_gets_one_metrics_hint(agent, services):
         assert receiver.spans(), result.stderr
     assert result.stderr.count("OTEL_METRICS_EXPORTER=none") == 1, result.stderr
     assert "gRPC UNIMPLEMENTED" in result.stderr
+
+
+def test_demo_without_curl_says_so_before_starting_anything(tmp_path):
+    result = otelbpf("demo", cwd=tmp_path, env={"PATH": str(tmp_path)})
+    assert result.returncode == 1
+    assert "needs curl" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_doctor_fails_when_the_probe_sources_are_missing(tmp_path):
+    """An installed (non-editable) agent finds bpf/*.c through OTELBPF_BPF_DIR."""
+    result = otelbpf("doctor", env={"OTELBPF_BPF_DIR": str(tmp_path)})
+    assert result.returncode == 1
+    assert "[FAIL] probe sources" in result.stdout and "OTELBPF_BPF_DIR" in result.stdout
