@@ -9,6 +9,10 @@
   to a gRPC port fails with raw HTTP/2 bytes (``BadStatusLine('\\x00\\x00\\x18...')``),
   gRPC sent to an HTTP/1 port with a protocol error. ``wrong_transport``
   asks the port once, after the first failure, what it speaks.
+* The official exporters log each internal retry ("Transient error ...
+  retrying in 0.9s", "Shutdown in progress, aborting retry."), between the
+  agent's own lines: ``LibraryChatter`` keeps those for ``--log-level debug``;
+  the sink's one line per kind of failure and the count at exit say it.
 """
 
 from __future__ import annotations
@@ -92,3 +96,17 @@ def wrong_transport(target: str, transport: str) -> str | None:
     if transport == "grpc" and answer == "http/1":
         return f"{host}:{port} speaks HTTP/1 (an OTLP/HTTP port, usually 4318): use --otlp-protocol http/protobuf, or the gRPC port (usually 4317)"
     return None
+
+
+#: How the official exporters' per-retry lines start.
+CHATTER = ("Transient error", "Shutdown in progress")
+
+
+class LibraryChatter(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith(CHATTER):
+            return log.isEnabledFor(logging.DEBUG)
+        return True
+
+
+library_chatter = LibraryChatter()

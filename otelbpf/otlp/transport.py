@@ -397,4 +397,5 @@ LIBRARY_LOGGERS = (
 library_log_filter = OncePerMessage()
 for _name in LIBRARY_LOGGERS:
     logging.getLogger(_name).addFilter(hints.metrics_refused_hint)  # first: sees every record
+    logging.getLogger(_name).addFilter(hints.library_chatter)
     logging.getLogger(_name).addFilter(library_log_filter)
