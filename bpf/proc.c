@@ -57,6 +57,9 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     rec->hdr.fd = -1;
     rec->hdr.type = EV_PROC_START;
     __builtin_memcpy(rec->info.comm, key.comm, sizeof(key.comm));
+    /* __data_loc: offset (low 16 bits) of the string in the tracepoint record. */
+    bpf_probe_read_kernel_str(rec->info.filename, sizeof(rec->info.filename),
+                              (void *)args + (args->data_loc_filename & 0xFFFF));
     events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
     return 0;
 }

@@ -147,15 +147,19 @@ class ProcessResources(ResourceLookup):
         self._exited: set[int] = set()
         self._lock = threading.Lock()
 
-    def observe(self, pid: int, comm_hint: str = "") -> bool:
+    def observe(self, pid: int, comm_hint: str = "", exe_hint: str = "") -> bool:
         """Read the process's attributes now, while it is alive (again if the
         pid was seen exiting: it now belongs to a new process). True when the
-        process is new to us."""
+        process is new to us. ``exe_hint``: the file the kernel saw exec()ed,
+        for a process already gone from /proc (curl, a short script)."""
         if pid in self._known and pid not in self._exited:
             return False
         self._exited.discard(pid)
         attrs = dict(self._base)
         attrs.update(self._describe(pid, comm_hint))
+        if exe_hint.startswith("/") and "process.executable.path" not in attrs:
+            attrs["process.executable.path"] = exe_hint
+            attrs["process.executable.name"] = os.path.basename(exe_hint)
         with self._lock:
             if len(self._known) >= self._max:
                 self._known.pop(next(iter(self._known)))

@@ -138,3 +138,24 @@ def test_agent_in_its_own_uts_namespace_reports_the_node_not_the_pod(nobody_serv
         assert resource["telemetry.sdk.name"] == "otelbpf"
         assert resource["telemetry.sdk.language"] == "python"
         assert len(resource["service.instance.id"]) == 36
+
+
+@pytest.mark.ebpf
+def test_short_lived_process_keeps_its_executable_path(agent, services, tmp_path):
+    """curl exits within milliseconds, often before the agent reads /proc: the
+    path comes from the exec tracepoint's record."""
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0"])
+    out = tmp_path / "spans.json"
+    run = agent(["--comm", "curl", "--json-file", str(out)])
+    for i in range(5):
+        subprocess.run(["curl", "-s", "-o", "/dev/null", f"http://127.0.0.1:{backend.port}/items/{i}"], check=True)
+    time.sleep(0.5)
+    assert run.stop() == 0
+    resources = [
+        {a["key"]: next(iter(a["value"].values())) for a in rs["resource"]["attributes"]}
+        for line in out.read_text().splitlines()
+        for rs in json.loads(line)["resourceSpans"]
+    ]
+    curls = [r for r in resources if r["process.executable.name"] == "curl"]
+    assert len(curls) >= 1
+    assert all(r["process.executable.path"].endswith("/curl") for r in curls), curls
