@@ -28,9 +28,9 @@ if [ -z "$base" ]; then
             tar=$(mktemp --suffix=.tar)
             say "no registry: making $base with mmdebstrap"
             # As debian:12-slim: minbase without manuals, locales and docs (copyrights kept).
-            # usrmerge (and with it perl) is only needed while the rootfs is made.
+            # usrmerge (and with it perl, ~30 MB) is only needed while the rootfs is made.
             mmdebstrap --variant=minbase \
-                --customize-hook='chroot "$1" apt-get purge -y -q usrmerge' \
+                --customize-hook='chroot "$1" apt-get purge -y -q usrmerge libfile-find-rule-perl perl perl-modules-5.36 libperl5.36' \
                 --customize-hook='chroot "$1" apt-get autoremove --purge -y -q' \
                 --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
                 --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
