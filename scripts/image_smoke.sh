@@ -64,9 +64,10 @@ port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); pr
 python3 -m http.server "$port" --bind 127.0.0.1 >/dev/null 2>&1 &
 server=$!
 ctx=$(mktemp -d)
-trap 'kill $server 2>/dev/null || true; rm -rf "$out" "$ctx"' EXIT
-# Requests to it twice a second until the trace below is over.
-( while [ ! -e "$out/done" ]; do curl -s -o /dev/null "http://127.0.0.1:$port/" || true; sleep 0.5; done ) &
+# Requests to it twice a second until the trace below is over (or this script ends).
+( while [ -d "$out" ] && [ ! -e "$out/done" ]; do curl -s -o /dev/null "http://127.0.0.1:$port/" || true; sleep 0.5; done ) &
+requests=$!
+trap 'kill $server $requests 2>/dev/null || true; rm -rf "$out" "$ctx"' EXIT
 
 # The short trace follows the host's server by pid (a host busy with other
 # work would make an --all trace of it a needle in a haystack).
