@@ -42,9 +42,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 
 {{/* The container's security context for the chosen securityMode. */}}
 {{- define "otelbpf.securityContext" -}}
-{{- if eq .Values.securityMode "privileged" }}
+{{- if eq .Values.securityMode "privileged" -}}
 privileged: true
-{{- else }}
+{{- else -}}
 privileged: false
 allowPrivilegeEscalation: false
 capabilities:
