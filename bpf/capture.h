@@ -86,9 +86,13 @@ struct datagram_info {
     __u8 peer_addr[16]; /* IPv4 in the first 4 bytes */
 };
 
-/* EV_PROC_START: header + this (16 bytes) */
+/* EV_PROC_START: header + this (16 + PROC_PATH_LEN bytes) */
+#define PROC_PATH_LEN 256
 struct proc_info {
     char comm[16];
+    /* The exec()ed file as the tracepoint reports it: a short-lived process
+     * may be gone before user space reads /proc/PID/exe. */
+    char filename[PROC_PATH_LEN];
 };
 
 /* EV_CALL: header (ts_ns = entry) + this (72 bytes) */

@@ -69,6 +69,15 @@
 
 #define TRACED_BY_PID 1  /* listed by --pid (or a descendant) */
 #define TRACED_BY_COMM 2 /* matched --comm; re-checked at exec */
+/* Never traced, whatever the mode (--exclude-pid / --exclude-comm, and the
+ * default exclusions such as otelcol*): values >= EXCLUDED_BY_COMM. Children
+ * inherit them at fork like any reason. */
+#define EXCLUDED_BY_COMM 3 /* re-checked at exec */
+#define EXCLUDED_BY_PID 4  /* for the life of the process and its children */
+#ifndef EXCLUDES
+#define EXCLUDES 0 /* 1 when any exclusion is configured (-D from user space) */
+#endif
+#define MAX_EXCLUDED_COMMS 8
 
 struct comm_key {
     char comm[16];
@@ -79,6 +88,14 @@ struct comm_key {
  * a hash lookup. Sized to the host's pid_max. */
 BPF_ARRAY(traced_tgids, __u8, PID_MAX);
 BPF_HASH(traced_comms, struct comm_key, __u8, 256);
+/* --exclude-comm patterns: the first `len` bytes of the comm must match
+ * (len = length + 1 for an exact name, the NUL included; the length of the
+ * prefix for NAME*). len 0 ends the list. Checked at exec only. */
+struct comm_prefix {
+    __u32 len;
+    char comm[16];
+};
+BPF_ARRAY(excluded_comms, struct comm_prefix, MAX_EXCLUDED_COMMS);
 BPF_PERCPU_ARRAY(stats, __u64, STAT_COUNT);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
 /* asyncio task tracking (bpf/pytasks.c): tid -> coroutine of the task step. */
@@ -101,11 +118,38 @@ static __always_inline void count_stat_n(int index, __u64 n)
 static __always_inline int is_traced(__u32 tgid)
 {
 #if TRACE_MODE == MODE_ALL
+#if EXCLUDES
+    /* One array load more than without exclusions: what MODE_LISTED pays. */
+    __u8 *reason = traced_tgids.lookup(&tgid);
+    if (reason && *reason >= EXCLUDED_BY_COMM)
+        return 0;
+#endif
     return tgid != AGENT_TGID && tgid != 0;
 #else
     __u8 *reason = traced_tgids.lookup(&tgid);
-    return reason && *reason;
+    return reason && *reason && *reason < EXCLUDED_BY_COMM;
 #endif
+}
+
+/* Does the comm match an --exclude-comm pattern? Runs at exec only. */
+static __always_inline int comm_excluded(const char *comm)
+{
+#if EXCLUDES
+    for (int i = 0; i < MAX_EXCLUDED_COMMS; i++) {
+        int index = i;
+        struct comm_prefix *p = excluded_comms.lookup(&index);
+        if (!p || p->len == 0)
+            return 0;
+        int same = 1;
+        for (int j = 0; j < 16; j++) {
+            if (j < p->len && p->comm[j] != comm[j])
+                same = 0;
+        }
+        if (same)
+            return 1;
+    }
+#endif
+    return 0;
 }
 
 static __always_inline void set_traced(__u32 tgid, __u8 reason)

@@ -27,7 +27,17 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     struct comm_key key = {};
     bpf_get_current_comm(&key.comm, sizeof(key.comm));
     __u8 reason = traced_reason(tgid);
-    if (traced_comms.lookup(&key)) {
+    if (reason != EXCLUDED_BY_PID && comm_excluded(key.comm)) {
+        set_traced(tgid, EXCLUDED_BY_COMM);
+        return 0;
+    }
+    if (reason == EXCLUDED_BY_COMM) {
+        reason = 0; /* the new program is not excluded: decide afresh */
+        set_traced(tgid, 0);
+    }
+    if (reason == EXCLUDED_BY_PID) {
+        return 0;
+    } else if (traced_comms.lookup(&key)) {
         if (!reason)
             set_traced(tgid, TRACED_BY_COMM);
     } else if (reason == TRACED_BY_COMM) {
@@ -47,6 +57,9 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     rec->hdr.fd = -1;
     rec->hdr.type = EV_PROC_START;
     __builtin_memcpy(rec->info.comm, key.comm, sizeof(key.comm));
+    /* __data_loc: offset (low 16 bits) of the string in the tracepoint record. */
+    bpf_probe_read_kernel_str(rec->info.filename, sizeof(rec->info.filename),
+                              (void *)args + (args->data_loc_filename & 0xFFFF));
     events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
     return 0;
 }
@@ -56,6 +69,10 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tgid = id >> 32;
     __u32 tid = (__u32)id;
+    if (traced_reason(tgid) >= EXCLUDED_BY_COMM) {
+        set_traced(tid, 0); /* a reused pid starts afresh */
+        return 0;
+    }
     if (!is_traced(tgid))
         return 0;
     set_traced(tid, 0);

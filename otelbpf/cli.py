@@ -76,6 +76,37 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_exclusion_options(p: argparse.ArgumentParser) -> None:
+    exc = p.add_argument_group(
+        "never traced (default: the agent, otelcol* and the OTLP endpoint's traffic; see docs/kubernetes.md)"
+    )
+    exc.add_argument("--exclude-comm", action="append", default=[], metavar="NAME[*]", help="processes with this name or prefix; repeatable")
+    exc.add_argument("--exclude-pid", type=_positive_int, action="append", default=[], help="a process and its children; repeatable")
+    exc.add_argument("--exclude-port", type=_positive_int, action="append", default=[], help="TCP connections with this port at either end; repeatable")
+    exc.add_argument("--no-default-excludes", action="store_true", help="trace otelcol* and the OTLP endpoint's traffic too")
+    exc.add_argument(
+        "--fail-on-drop",
+        action="store_true",
+        help="exit with status 3 when spans could not be delivered (collector unreachable at exit)",
+    )
+
+
+def build_exclusions(args):
+    """The exclusions ``run`` applies: the user's, plus the default list."""
+    from otelbpf.exclusions import DEFAULT_EXCLUDED_COMMS, Exclusions, endpoint_addresses
+    from otelbpf.firstrun import otlp_endpoint_and_port
+
+    exclusions = Exclusions(comms=list(args.exclude_comm), pids=list(args.exclude_pid), ports=set(args.exclude_port))
+    if not args.no_default_excludes:
+        exclusions.comms += [c for c in DEFAULT_EXCLUDED_COMMS if c not in exclusions.comms]
+        if wants_otlp(args):
+            endpoint, port = otlp_endpoint_and_port(args.otlp_endpoint, args.otlp_protocol)
+            if endpoint:
+                exclusions.endpoints = endpoint_addresses(endpoint, port)
+    exclusions.validate()
+    return exclusions
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otelbpf", description="Zero-code eBPF tracing, exported as OpenTelemetry.")
     parser.add_argument("--version", action="version", version=f"otelbpf {__version__}")
@@ -89,6 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--pid", type=_positive_int, action="append", default=[], help="a process (and its children); repeatable")
     sel.add_argument("--comm", action="append", default=[], help="processes with this name (as in ps -o comm); repeatable")
     sel.add_argument("--all", action="store_true", help="every process but the agent itself")
+    _add_exclusion_options(run)
     run.add_argument("--duration", type=_positive_float, metavar="SECONDS", help="stop after this long, flushing everything")
     run.add_argument("--capture-bytes", type=_positive_int, default=4096, metavar="N", help="payload bytes captured per syscall (64..8192, default 4096)")
     run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
@@ -122,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help=f"the agent's scheduling niceness, 0..19 (default {DEFAULT_NICE}): on a busy core the traced services win "
         "the CPU, and what the agent cannot keep up with is dropped in the kernel and counted",
+    )
+    run.add_argument(
+        "--health-port",
+        type=_positive_int,
+        metavar="PORT",
+        help="serve /healthz, /readyz and Prometheus /metrics (self-metrics) on this port",
     )
     run.add_argument("--stats-interval", type=_positive_float, metavar="SECONDS", help="log the self-metrics this often")
     _add_output_options(run)
@@ -311,8 +349,17 @@ def cmd_run(args) -> int:
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
     from otelbpf.semantics import SpanOptions
+    from otelbpf.exclusions import ExcludingSource
+    from otelbpf.health import HealthServer, Heartbeat
+    from otelbpf.firstrun import check_output_options, check_pids_exist, exit_status, remove_empty_outputs
 
     yield_cpu(args.nice)  # first: every thread created from here on inherits it
+    try:
+        check_output_options(args)
+        exclusions = build_exclusions(args)
+    except ValueError as exc:
+        print(f"otelbpf: {exc}", file=sys.stderr)
+        return 2
     config = CaptureConfig(
         pids=args.pid,
         comms=args.comm,
@@ -323,12 +370,19 @@ def cmd_run(args) -> int:
         capture_udp=args.udp,
         python_tasks=not args.no_python_tasks,
         capture_tls=not args.no_tls,
+        exclude_comms=exclusions.comms,
+        exclude_pids=exclusions.pids,
     )
     try:
         config.validate()
     except ValueError as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
         return 2
+    try:
+        check_pids_exist(args.pid)  # before any output file exists
+    except ValueError as exc:
+        print(f"otelbpf: {exc}", file=sys.stderr)
+        return 1
     if not preflight():
         return 1
     counters = Counters()
@@ -339,7 +393,14 @@ def cmd_run(args) -> int:
         print(f"otelbpf: output: {exc}", file=sys.stderr)
         return 2
 
-    source = EbpfSource(config)
+    source = Heartbeat(ExcludingSource(EbpfSource(config), exclusions, counters))
+    try:
+        health = HealthServer(args.health_port, source, counters).start() if args.health_port else None
+    except OSError as exc:
+        print(f"otelbpf: --health-port {args.health_port}: {exc}", file=sys.stderr)
+        consumer.shutdown(1.0)
+        return 2
+    log.info("otelbpf: never traced: the agent; %s", exclusions.describe())
     options = SpanOptions(include_query=args.include_query_strings, capture_genai_content=args.capture_genai_content)
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
     budget = CpuBudget(args.max_cpu, pipeline.table) if args.max_cpu else None
@@ -355,14 +416,21 @@ def cmd_run(args) -> int:
     except CaptureError as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
         consumer.shutdown(1.0)
+        remove_empty_outputs(args)
+        if health is not None:
+            health.close()
         return 1
+    source.ready = True
     log.info("otelbpf: tracing, %d probes attached (%.1fs)", probes, time.monotonic() - started)
     try:
         agent.run(args.duration)
     finally:
-        log.info("otelbpf: stats %s", json.dumps(agent.stats()))
+        stats = agent.stats()
+        log.info("otelbpf: stats %s", json.dumps(stats))
         source.close()
-    return 0
+        if health is not None:
+            health.close()
+    return exit_status(stats, args.fail_on_drop)
 
 
 def cmd_replay(args) -> int:

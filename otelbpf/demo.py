@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -24,7 +26,9 @@ from pathlib import Path
 from otelbpf.cli import build_consumer, preflight
 
 log = logging.getLogger("otelbpf")
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+#: The example services: beside the package in a checkout; in the image,
+#: where deploy/Dockerfile puts them (OTELBPF_EXAMPLES).
+EXAMPLES = Path(os.environ.get("OTELBPF_EXAMPLES") or Path(__file__).resolve().parents[1] / "examples")
 
 
 def start_service(args: list[str]) -> tuple[subprocess.Popen, int]:
@@ -81,12 +85,26 @@ def drive_llm(port: int) -> list[str]:
     return statuses
 
 
+def demo_prerequisites() -> str | None:
+    """What the demo needs besides the agent, said before anything starts."""
+    if shutil.which("curl") is None:
+        return "needs curl to drive requests (apt-get install -y curl)"
+    for name in ("http_backend.py", "http_gateway.py", "grpc_service.py", "openai_mock_server.py"):
+        if not (EXAMPLES / name).is_file():
+            return f"example service {EXAMPLES / name} not found (set OTELBPF_EXAMPLES to the examples folder)"
+    return None
+
+
 def run_demo(args) -> int:
     from otelbpf.agent import Agent, live_pipeline
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
 
+    missing = demo_prerequisites()
+    if missing:
+        print(f"otelbpf demo: {missing}", file=sys.stderr)
+        return 1
     if not preflight():
         return 1
     args.console = True
@@ -122,14 +140,17 @@ def run_demo(args) -> int:
         print(f"otelbpf: tracing, {probes} probes attached")
         loop = threading.Thread(target=agent.run, name="otelbpf-agent")
         loop.start()
-        statuses = drive_traffic(gateway_port, args.requests)
-        print(f"demo: drove {sum(statuses.values())} requests through the gateway, statuses {statuses}")
-        calls, _ = grpc_client.communicate("go\n", timeout=60)
-        print(f"demo: gRPC calls {' '.join(line.split(maxsplit=1)[1] for line in calls.splitlines())}")
-        print(f"demo: LLM calls (streamed chat, chat, embeddings) statuses {' '.join(drive_llm(llm_port))}")
-        time.sleep(0.5)
-        agent.request_stop()
-        loop.join()
+        try:
+            statuses = drive_traffic(gateway_port, args.requests)
+            print(f"demo: drove {sum(statuses.values())} requests through the gateway, statuses {statuses}")
+            calls, _ = grpc_client.communicate("go\n", timeout=60)
+            print(f"demo: gRPC calls {' '.join(line.split(maxsplit=1)[1] for line in calls.splitlines())}")
+            print(f"demo: LLM calls (streamed chat, chat, embeddings) statuses {' '.join(drive_llm(llm_port))}")
+            time.sleep(0.5)
+        finally:
+            # The agent thread reads the source: stop it before the source closes.
+            agent.request_stop()
+            loop.join()
     finally:
         source.close()
         if grpc_client.poll() is None:

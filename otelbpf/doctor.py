@@ -105,6 +105,79 @@ def check_privileges() -> Check:
     )
 
 
+#: Reading another user's /proc/PID/environ needs the file mode overridden
+#: (DAC_READ_SEARCH, or DAC_OVERRIDE); /proc/PID/exe passes the ptrace read check
+#: (SYS_PTRACE). Root without them still traces, but not who is who.
+IDENTITY_READS = (
+    ("environ", "OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES", "DAC_READ_SEARCH"),
+    ("exe", "process.executable.path", "SYS_PTRACE"),
+)
+
+
+def _other_users_process(me: int) -> tuple[int, int] | None:
+    """(pid, uid) of a user-space process owned by another user, if any."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            uid = os.stat(f"/proc/{entry}").st_uid
+            if uid != me and Path(f"/proc/{entry}/cmdline").read_bytes():  # kernel threads have none
+                return int(entry), uid
+        except OSError:
+            continue
+    return None
+
+
+def _read_proc(pid: int, what: str) -> None:
+    if what == "exe":
+        os.readlink(f"/proc/{pid}/exe")
+    else:
+        Path(f"/proc/{pid}/{what}").read_bytes()
+
+
+def check_process_identity(sample: tuple[int, int] | None = None) -> Check:
+    """Resources need each traced process's environment and executable:
+    reading them for processes of other users is what a capability-mode
+    DaemonSet most often lacks, while tracing still works."""
+    name = "process identity"
+    sample = sample or _other_users_process(os.geteuid())
+    if sample is None:
+        return Check(name, INFO, "no process of another user to try")
+    pid, uid = sample
+    lost, missing = [], []
+    for what, gives, capability in IDENTITY_READS:
+        try:
+            _read_proc(pid, what)
+        except FileNotFoundError:
+            return Check(name, INFO, f"pid {pid} exited while checking")
+        except OSError:
+            lost.append(f"/proc/PID/{what} ({gives})")
+            missing.append(capability)
+    if not lost:
+        return Check(name, OK, f"reads other users' /proc/PID/environ and /exe (tried pid {pid}, uid {uid})")
+    return Check(
+        name,
+        WARN,
+        f"cannot read other users' {' and '.join(lost)}: tried pid {pid}, uid {uid}",
+        f"missing capability {', '.join(missing)}: add it (the Helm chart's capability mode does), or run privileged",
+    )
+
+
+def check_bpf_sources() -> Check:
+    """BCC compiles bpf/*.c at start-up: an installed (non-editable) agent
+    finds them through OTELBPF_BPF_DIR (the image sets it)."""
+    from otelbpf.sources.ebpf import BPF_DIR
+
+    if _exists(BPF_DIR / "capture.c"):
+        return Check("probe sources", OK, str(BPF_DIR))
+    return Check(
+        "probe sources",
+        FAIL,
+        f"{BPF_DIR / 'capture.c'} missing: nothing to compile",
+        "set OTELBPF_BPF_DIR to the repository's bpf/ folder (deploy/Dockerfile copies it to /opt/otelbpf/bpf)",
+    )
+
+
 def check_btf() -> Check:
     if _exists(Path("/sys/kernel/btf/vmlinux")):
         return Check("btf", OK, "/sys/kernel/btf/vmlinux present")
@@ -364,7 +437,7 @@ def run_checks() -> list[Check]:
         checks += check_tracepoints()
         checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
         checks += check_tls()
-    checks += [check_ringbuf(), check_bcc(), check_kernel_headers()]
+    checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers(), check_process_identity()]
     return checks
 
 

@@ -167,6 +167,8 @@ class ProcessStart:
     ts_ns: int
     pid: int
     comm: str = ""
+    #: The exec()ed file (from the kernel, for processes that exec()ed while traced).
+    exe: str = ""
 
 
 @dataclass(slots=True)

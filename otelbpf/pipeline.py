@@ -195,7 +195,7 @@ class Pipeline:
         self.last_ts_ns = event.ts_ns
 
     def _on_process_start(self, event: ProcessStart) -> None:
-        self._observe_process(event.pid, event.comm)
+        self._observe_process(event.pid, event.comm, event.exe)
         self.last_ts_ns = event.ts_ns
 
     def _on_process_exit(self, event: ProcessExit) -> None:
@@ -225,8 +225,8 @@ class Pipeline:
         self._spans_built += 1
         self._emit(hold_or_release(span, start))
 
-    def _observe_process(self, pid: int, comm: str) -> None:
-        if self.resources.observe(pid, comm) and self.on_new_process is not None:
+    def _observe_process(self, pid: int, comm: str, exe: str = "") -> None:
+        if self.resources.observe(pid, comm, exe) and self.on_new_process is not None:
             self.on_new_process(pid)
 
     def finish(self, ts_ns: int | None = None) -> None:

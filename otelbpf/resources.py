@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import threading
 from typing import Callable, Mapping
 
@@ -104,7 +103,26 @@ def process_attributes(pid: int, comm_hint: str = "") -> dict[str, AttributeValu
         attrs["container.id"] = container
     if pod:
         attrs["k8s.pod.uid"] = pod
+    for key, value in telemetry_identity(pid, str(attrs["process.executable.name"])).items():
+        attrs.setdefault(key, value)
     return attrs
+
+
+def telemetry_identity(pid: int, program: str) -> dict[str, AttributeValue]:
+    """service.instance.id (unless the process set its own: it is kept) and
+    telemetry.sdk.*: the spans are made by otelbpf, in the process's language."""
+    from otelbpf import __version__, semconv as sc
+    from otelbpf.hostidentity import language_of, node_host_name, process_instance_id
+
+    out: dict[str, AttributeValue] = {
+        sc.SERVICE_INSTANCE_ID: process_instance_id(node_host_name(), pid),
+        sc.TELEMETRY_SDK_NAME: "otelbpf",
+        sc.TELEMETRY_SDK_VERSION: __version__,
+    }
+    language = language_of(program)
+    if language:
+        out[sc.TELEMETRY_SDK_LANGUAGE] = language
+    return out
 
 
 class ProcessResources(ResourceLookup):
@@ -116,7 +134,9 @@ class ProcessResources(ResourceLookup):
         describe: Callable[[int, str], dict[str, AttributeValue]] = process_attributes,
         max_processes: int = 65536,
     ) -> None:
-        base: dict[str, AttributeValue] = {"host.name": socket.gethostname()}
+        from otelbpf.hostidentity import node_host_name
+
+        base: dict[str, AttributeValue] = {"host.name": node_host_name()}
         base.update(parse_resource_attributes(os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")))
         base.update(agent_attributes or {})
         base.setdefault("telemetry.distro.name", "otelbpf")
@@ -127,15 +147,19 @@ class ProcessResources(ResourceLookup):
         self._exited: set[int] = set()
         self._lock = threading.Lock()
 
-    def observe(self, pid: int, comm_hint: str = "") -> bool:
+    def observe(self, pid: int, comm_hint: str = "", exe_hint: str = "") -> bool:
         """Read the process's attributes now, while it is alive (again if the
         pid was seen exiting: it now belongs to a new process). True when the
-        process is new to us."""
+        process is new to us. ``exe_hint``: the file the kernel saw exec()ed,
+        for a process already gone from /proc (curl, a short script)."""
         if pid in self._known and pid not in self._exited:
             return False
         self._exited.discard(pid)
         attrs = dict(self._base)
         attrs.update(self._describe(pid, comm_hint))
+        if exe_hint.startswith("/") and "process.executable.path" not in attrs:
+            attrs["process.executable.path"] = exe_hint
+            attrs["process.executable.name"] = os.path.basename(exe_hint)
         with self._lock:
             if len(self._known) >= self._max:
                 self._known.pop(next(iter(self._known)))

@@ -166,6 +166,15 @@ PROCESS_COMMAND = "process.command"
 CONTAINER_ID = "container.id"
 K8S_POD_UID = "k8s.pod.uid"
 
+# --- resource: who made the telemetry, and where (telemetry.sdk.*, k8s.node.name) -------------
+# The spans of a traced process are made by otelbpf, not by an SDK inside it:
+# telemetry.sdk.name is "otelbpf", telemetry.sdk.language the process's own
+# language when it is known (as OpenTelemetry eBPF Instrumentation does).
+TELEMETRY_SDK_NAME = "telemetry.sdk.name"
+TELEMETRY_SDK_VERSION = "telemetry.sdk.version"
+TELEMETRY_SDK_LANGUAGE = "telemetry.sdk.language"
+K8S_NODE_NAME = "k8s.node.name"
+
 # --- otelbpf's own span attributes ------------------------------------------------------------
 OTELBPF_ASSOCIATION = "otelbpf.association"
 OTELBPF_PAYLOAD_TRUNCATED = "otelbpf.payload.truncated"

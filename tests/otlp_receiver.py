@@ -94,8 +94,13 @@ class _InjectedFailures:
 class OtlpReceiver:
     """OTLP/gRPC and OTLP/HTTP servers recording decoded requests. Pass a port of None to skip a server."""
 
-    def __init__(self, grpc_port: int | None = 0, http_port: int | None = 0, host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, grpc_port: int | None = 0, http_port: int | None = 0, host: str = "127.0.0.1", serve_metrics: bool = True
+    ) -> None:
+        """``serve_metrics=False``: a traces-only backend (Jaeger, Tempo): metrics get
+        gRPC UNIMPLEMENTED / HTTP 404."""
         self.host = host
+        self.serve_metrics = serve_metrics
         self.grpc_port = grpc_port
         self.http_port = http_port
         self._lock = threading.Lock()
@@ -229,7 +234,8 @@ class OtlpReceiver:
         # so_reuseport off: binding a port another server holds must fail, not share it.
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=[("grpc.so_reuseport", 0)])
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_GrpcTraceService(self), server)
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_GrpcMetricsService(self), server)
+        if self.serve_metrics:
+            metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_GrpcMetricsService(self), server)
         bound = server.add_insecure_port(f"{self.host}:{port}")
         if not bound:
             raise OSError(f"gRPC receiver could not bind {self.host}:{port}")
@@ -286,7 +292,7 @@ def _http_handler_for(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:  # noqa: N802
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.path not in ("/v1/traces", "/v1/metrics"):
+            if self.path not in ("/v1/traces", "/v1/metrics") or (self.path == "/v1/metrics" and not receiver.serve_metrics):
                 return self._reply(HTTPStatus.NOT_FOUND)
             if not (self.headers.get("Content-Type") or "").startswith("application/x-protobuf"):
                 return self._reply(HTTPStatus.UNSUPPORTED_MEDIA_TYPE)

@@ -45,6 +45,7 @@ int main(void) {
     F(datagram_info, family); F(datagram_info, peer_port); F(datagram_info, protocol); F(datagram_info, peer_addr);
     printf("proc_info %zu\n", sizeof(struct proc_info));
     F(proc_info, comm);
+    F(proc_info, filename);
     printf("call_info %zu\n", sizeof(struct call_info));
     F(call_info, probe_id); F(call_info, call_flags); F(call_info, end_ns); F(call_info, args); F(call_info, ret);
 #define C(name) printf(#name " %d\n", (int)(name))
@@ -105,6 +106,7 @@ def test_datagram_proc_and_call_records_match_c(c_layout):
     assert offsets == [(0, 2), (2, 2), (4, 1), (8, 16)]  # 3 pad bytes after protocol ("3x")
     assert layout.DATAGRAM_INFO.unpack(bytes(range(24)))[3] == bytes(range(8, 24))
     assert c_layout["proc_info"] == (layout.PROC_INFO.size,) and c_layout["proc_info.comm"] == (0, 16)
+    assert c_layout["proc_info.filename"] == (16, 256)
     assert c_layout["call_info"] == (layout.CALL_INFO.size,)
     fields = ["probe_id", "call_flags", "end_ns", "args", "ret"]
     assert [c_layout[f"call_info.{f}"] for f in fields] == [(0, 4), (4, 4), (8, 8), (16, 48), (64, 8)]
@@ -254,7 +256,7 @@ def test_decode_datagram_process_start_and_call():
     events = decoder.decode(
         [
             _record(layout.EV_DATAGRAM, b"dns?", direction=1, total=40, info=peer, source=1),
-            _record(layout.EV_PROC_START, info=b"nginx".ljust(16, b"\0")),
+            _record(layout.EV_PROC_START, info=layout.PROC_INFO.pack(b"nginx", b"/usr/sbin/nginx")),
             _record(layout.EV_CALL, info=call),
             _record(layout.EV_CALL, info=layout.CALL_INFO.pack(9, 0, 1_000, 0, 0, 0, 0, 0, 0, 0)),
             _record(layout.EV_DATA, b"x", source=1),
@@ -264,7 +266,7 @@ def test_decode_datagram_process_start_and_call():
     dgram, start, call_event, unknown, data = events
     assert (dgram.peer_addr, dgram.peer_port, dgram.family, dgram.data) == ("::1", 5353, 10, b"dns?")
     assert dgram.direction == Direction.EGRESS and dgram.missing == 36 and dgram.source == 1 and dgram.task_id == 77
-    assert (start.pid, start.comm, start.ts_ns) == (100, "nginx", 1_005)
+    assert (start.pid, start.comm, start.ts_ns, start.exe) == (100, "nginx", 1_005, "/usr/sbin/nginx")
     assert (call_event.library, call_event.function, call_event.args, call_event.ret) == (
         "libcudart.so.12",
         "cudaMalloc",

@@ -31,12 +31,12 @@ from __future__ import annotations
 import logging
 import math
 import os
-import socket
 import uuid
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import otelbpf
+from otelbpf.hostidentity import node_host_name
 from otelbpf import procfs
 from otelbpf import semconv as sc
 from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED
@@ -118,7 +118,7 @@ def agent_resource_attributes(extra: Mapping[str, AttributeValue] | None = None)
         sc.SERVICE_NAME: "otelbpf",
         sc.SERVICE_VERSION: otelbpf.__version__,
         sc.SERVICE_INSTANCE_ID: str(uuid.uuid4()),
-        sc.HOST_NAME: socket.gethostname(),
+        sc.HOST_NAME: node_host_name(),
         sc.PROCESS_PID: pid,
         sc.TELEMETRY_DISTRO_NAME: "otelbpf",
         sc.TELEMETRY_DISTRO_VERSION: otelbpf.__version__,

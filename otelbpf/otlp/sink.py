@@ -53,7 +53,7 @@ class FailureLog:
                 return
             self._seen.add(kind)
         self._logger.warning(
-            "sink %s: export failed (%s: %s); will retry, further %s failures not logged until it recovers",
+            "sink %s: export failed (%s: %s); retrying while the agent runs, further %s failures not logged until it recovers",
             self._sink_name,
             kind,
             detail,

@@ -69,7 +69,7 @@ from opentelemetry.exporter.otlp.proto.http import trace_exporter as http_trace_
 from opentelemetry.sdk.metrics.export import MetricExportResult
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otelbpf.otlp import GRPC, OTLP_TRANSPORTS
+from otelbpf.otlp import GRPC, OTLP_TRANSPORTS, hints
 from otelbpf.otlp.signals import METRICS, SIGNALS, TRACES, Signal
 from otelbpf.otlp.sink import FailureLog, Sink
 
@@ -167,6 +167,7 @@ class OtlpSink(Sink[Any]):
         self._exporter = exporter
         self._failures = FailureLog(_log, self.name)
         self._is_shut_down = False
+        self._diagnosed = False
 
     def export(self, request: Any) -> bool:
         try:
@@ -180,8 +181,19 @@ class OtlpSink(Sink[Any]):
             self._failures.succeeded()
             library_log_filter.rearm()
         else:
-            self._failures.failed("not delivered", f"collector at {self._exporter.target} unreachable or refusing")
+            self._failures.failed("not delivered", self._why_not_delivered())
         return delivered
+
+    def _why_not_delivered(self) -> str:
+        """The generic reason, or, once, the port's transport when it is the other one (otelbpf.otlp.hints)."""
+        target = self._exporter.target
+        if not self._diagnosed:
+            self._diagnosed = True
+            transport = GRPC if isinstance(self._exporter, _GrpcAdapter) else "http/protobuf"
+            wrong = hints.wrong_transport(target, transport)
+            if wrong:
+                return f"wrong port for {transport}: {wrong}"
+        return f"collector at {target} unreachable or refusing"
 
     #: The name the span sinks had for it; same thing.
     export_request = export
@@ -384,4 +396,6 @@ LIBRARY_LOGGERS = (
 
 library_log_filter = OncePerMessage()
 for _name in LIBRARY_LOGGERS:
+    logging.getLogger(_name).addFilter(hints.metrics_refused_hint)  # first: sees every record
+    logging.getLogger(_name).addFilter(hints.library_chatter)
     logging.getLogger(_name).addFilter(library_log_filter)

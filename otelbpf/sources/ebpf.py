@@ -49,6 +49,8 @@ MIN_CAPTURE_BYTES = 64
 MAX_CAPTURE_BYTES = 8192
 TRACED_BY_PID = 1
 TRACED_BY_COMM = 2
+EXCLUDED_BY_COMM = 3  # bpf/common.h: never traced (otelbpf.exclusions)
+EXCLUDED_BY_PID = 4
 MODE_LISTED = 0
 MODE_ALL = 1
 
@@ -178,6 +180,10 @@ class CaptureConfig:
     capture_tls: bool = True
     #: How often read() re-scans watched processes' maps for newly loaded libraries (0: never).
     rescan_interval_s: float = 5.0
+    #: Never traced, dropped by the kernel filter (otelbpf.exclusions): comm
+    #: patterns (NAME or NAME*) and pids (with their children).
+    exclude_comms: list[str] = field(default_factory=list)
+    exclude_pids: list[int] = field(default_factory=list)
 
     def validate(self) -> None:
         if not (self.pids or self.comms or self.trace_all):
@@ -271,6 +277,7 @@ class EbpfSource:
             f"-DCAPTURE_TLS={int(self.config.capture_tls)}",
             f"-DTRACE_MODE={MODE_ALL if self.config.trace_all else MODE_LISTED}",
             f"-DAGENT_TGID={os.getpid()}",
+            f"-DEXCLUDES={int(bool(self.config.exclude_comms or self.config.exclude_pids))}",
             "-Wno-macro-redefined",
         ]
         try:
@@ -306,6 +313,7 @@ class EbpfSource:
                 )
             raise CaptureError(f"loading the eBPF program failed: {exc}{hint} (run `otelbpf doctor`)") from exc
         self._configure_filter()
+        self._configure_exclusions()
         try:
             from otelbpf.sources.ringbuf import RingBufReader
 
@@ -413,6 +421,32 @@ class EbpfSource:
                 if pid != os.getpid():
                     self.trace_pid(pid, TRACED_BY_COMM)
                     self._initial_pids.append(pid)
+
+    def _configure_exclusions(self) -> None:
+        """Fill the kernel's exclusion table and mark running processes that
+        match (after the traced ones: an exclusion wins)."""
+        from otelbpf.exclusions import comm_matches, comm_prefix
+
+        table = self._bpf["excluded_comms"]
+        for index, pattern in enumerate(self.config.exclude_comms):
+            raw, length = comm_prefix(pattern)
+            entry = table.Leaf()
+            entry.len = length
+            entry.comm = raw
+            table[ctypes.c_int(index)] = entry
+        excluded = set()
+        for pid in self.config.exclude_pids:
+            for member in procfs.descendants(pid):
+                self.trace_pid(member, EXCLUDED_BY_PID)
+                excluded.add(member)
+        if self.config.exclude_comms:
+            for pid in procfs.all_pids():
+                comm = procfs.comm_of(pid) or ""
+                if pid not in excluded and any(comm_matches(p, comm) for p in self.config.exclude_comms):
+                    self.trace_pid(pid, EXCLUDED_BY_COMM)
+                    excluded.add(pid)
+        if excluded:
+            self._initial_pids = [pid for pid in self._initial_pids if pid not in excluded]
 
     def trace_pid(self, pid: int, reason: int = TRACED_BY_PID) -> None:
         self._bpf["traced_tgids"][ctypes.c_uint(pid)] = ctypes.c_ubyte(reason)

@@ -35,7 +35,7 @@ CONN_INFO = struct.Struct("<HHHBB16s16s16sQQ")
 # struct datagram_info
 DATAGRAM_INFO = struct.Struct("<HHB3x16s")
 # struct proc_info
-PROC_INFO = struct.Struct("<16s")
+PROC_INFO = struct.Struct("<16s256s")
 # struct call_info
 CALL_INFO = struct.Struct("<IIQ6Qq")
 
@@ -174,8 +174,15 @@ class RecordDecoder:
                 if len(raw) < header_size + PROC_INFO.size:
                     self.malformed += 1
                     continue
-                (comm,) = PROC_INFO.unpack_from(raw, header_size)
-                out.append(ProcessStart(ts, tgid, comm.split(b"\0", 1)[0].decode("utf-8", "replace")))
+                comm, filename = PROC_INFO.unpack_from(raw, header_size)
+                out.append(
+                    ProcessStart(
+                        ts,
+                        tgid,
+                        comm.split(b"\0", 1)[0].decode("utf-8", "replace"),
+                        filename.split(b"\0", 1)[0].decode("utf-8", "surrogateescape"),
+                    )
+                )
             elif kind == EV_CALL:
                 if len(raw) < header_size + CALL_INFO.size:
                     self.malformed += 1

@@ -1,0 +1,209 @@
+"""The deployment files: Kubernetes manifests validated against the
+Kubernetes API schemas (kubernetes-validate), the Helm chart's values against
+its values.schema.json, and the pieces that must agree with each other (the
+agent's flags, the Collector's endpoint and configuration).
+
+What validates what: `kubernetes-validate` checks deploy/daemonset.yaml (the
+chart's default rendering) and deploy/collector.yaml, strictly, for the
+oldest and newest Kubernetes versions it knows. The chart's templates are
+Helm (Go) templates: rendering them needs `helm`, which this machine cannot
+install, so here they are checked for consistency with values.yaml and the
+CLI; `make chart-check` runs `helm lint` and `helm template | kubernetes-validate`
+where helm exists.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from conftest import ROOT
+
+from otelbpf.cli import build_parser
+
+DEPLOY = ROOT / "deploy"
+CHART = DEPLOY / "helm" / "otelbpf"
+K8S_VERSIONS = ("1.25.0", kubernetes_validate.latest_version())
+
+
+def documents(path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def kind(docs: list[dict], name: str) -> dict:
+    (found,) = [d for d in docs if d["kind"] == name]
+    return found
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("manifest", ["daemonset.yaml", "collector.yaml"])
+def test_manifests_validate_against_the_kubernetes_schemas(manifest, version):
+    docs = documents(DEPLOY / manifest)
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_kubernetes_validate_rejects_a_broken_manifest():
+    """The check above can fail: a misplaced field is an error."""
+    daemonset = kind(documents(DEPLOY / "daemonset.yaml"), "DaemonSet")
+    daemonset["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["port"] = {"bad": 1}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(daemonset, K8S_VERSIONS[-1], strict=True)
+
+
+# --- the agent's DaemonSet ------------------------------------------------------------
+
+
+def values() -> dict:
+    return yaml.safe_load((CHART / "values.yaml").read_text())
+
+
+def test_daemonset_is_deployable_as_the_issue_asked():
+    docs = documents(DEPLOY / "daemonset.yaml")
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    account = kind(docs, "ServiceAccount")
+    pod = kind(docs, "DaemonSet")["spec"]["template"]["spec"]
+    agent = pod["containers"][0]
+    assert account["automountServiceAccountToken"] is False and pod["automountServiceAccountToken"] is False
+    assert pod["hostPID"] is True
+    assert pod["nodeSelector"]["kubernetes.io/os"] == "linux"
+    repository, tag = agent["image"].rsplit(":", 1)
+    assert "/" in repository and "." in repository.split("/")[0], "image names a registry"
+    assert tag == chart["appVersion"] and tag != "latest"
+    health = values()["healthPort"]
+    assert agent["ports"] == [{"name": "health", "containerPort": health, "protocol": "TCP"}]
+    assert agent["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "health"}
+    assert agent["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert agent["args"][agent["args"].index("--health-port") + 1] == str(health)
+    assert {"configMapRef": {"name": "otelbpf"}} in agent["envFrom"]
+    assert any(e["name"] == "K8S_NODE_NAME" for e in agent["env"])
+
+
+def test_daemonset_arguments_are_accepted_by_the_agent():
+    agent = kind(documents(DEPLOY / "daemonset.yaml"), "DaemonSet")["spec"]["template"]["spec"]["containers"][0]
+    args = build_parser().parse_args(agent["args"])
+    assert args.command == "run" and args.all and args.health_port == values()["healthPort"]
+
+
+def test_daemonset_endpoint_is_the_collector_service():
+    config = kind(documents(DEPLOY / "daemonset.yaml"), "ConfigMap")["data"]
+    assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == values()["otlp"]["endpoint"]
+    collector = documents(DEPLOY / "collector.yaml")
+    service = kind(collector, "Service")
+    host = f"{service['metadata']['name']}.{service['metadata']['namespace']}"
+    ports = {p["port"] for p in service["spec"]["ports"]}
+    assert config["OTEL_EXPORTER_OTLP_ENDPOINT"] == f"http://{host}:4317" and 4317 in ports
+
+
+# --- the Helm chart ---------------------------------------------------------------------
+
+
+def schema() -> dict:
+    return json.loads((CHART / "values.schema.json").read_text())
+
+
+def test_chart_values_match_their_schema():
+    jsonschema.Draft7Validator.check_schema(schema())
+    jsonschema.validate(values(), schema())
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"otlp": {"endpoint": "otel-collector:4317", "protocol": "grpc"}},  # no scheme
+        {"otlp": {"endpoint": "http://c:4317", "protocol": "json"}},
+        {"trace": {"mode": "comm", "comms": []}},
+        {"trace": {"mode": "namespaces"}},
+        {"capture": {"bytes": 16}},
+        {"capture": {"ringBufferMB": 3}},
+        {"exclude": {"comms": ["otelcol*x"]}},
+        {"securityMode": "root"},
+        {"capabilities": ["SYS_EVERYTHING"]},
+        {"healthPort": 0},
+        {"replicas": 2},  # unknown key: a typo is an error, not ignored
+    ],
+)
+def test_chart_schema_rejects_bad_values(change):
+    bad = {**values(), **change}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema())
+
+
+def defined(tree: dict, path: list[str]) -> bool:
+    for key in path:
+        if not isinstance(tree, dict) or key not in tree:
+            return False
+        tree = tree[key]
+    return True
+
+
+def test_every_value_the_templates_use_is_defined_and_in_the_schema():
+    used = set()
+    for template in (CHART / "templates").rglob("*"):
+        if template.is_file():
+            used |= set(re.findall(r"\.Values\.([A-Za-z0-9_.]+)", template.read_text()))
+    assert used
+    properties = schema()["properties"]
+    for path in sorted(used):
+        keys = path.split(".")
+        assert defined(values(), keys), f".Values.{path} is not in values.yaml"
+        assert keys[0] in properties, f"{keys[0]} is not in values.schema.json"
+
+
+def test_every_flag_the_chart_passes_exists():
+    helpers = (CHART / "templates" / "_helpers.tpl").read_text()
+    flags = set(re.findall(r"^- (--[a-z-]+)$", helpers, re.M))
+    assert "--health-port" in flags and "--exclude-comm" in flags
+    run = build_parser()._subparsers._group_actions[0].choices["run"]
+    known = {option for action in run._actions for option in action.option_strings}
+    assert flags <= known, flags - known
+
+
+def test_chart_capability_mode_has_what_doctor_asks_for():
+    """doctor's process-identity check names SYS_PTRACE and DAC_READ_SEARCH (otelbpf.doctor)."""
+    from otelbpf.doctor import IDENTITY_READS
+
+    assert {capability for _, _, capability in IDENTITY_READS} <= set(values()["capabilities"])
+    assert {"BPF", "PERFMON"} <= set(values()["capabilities"])
+
+
+# --- the Collector ------------------------------------------------------------------------
+
+
+def pipelines_resolve(config: dict) -> None:
+    for name, pipeline in config["service"]["pipelines"].items():
+        for section in ("receivers", "processors", "exporters"):
+            for component in pipeline.get(section, []):
+                assert component in config[section], f"{name}: {section} {component} is not defined"
+    assert config["service"]["extensions"] == ["health_check"] and "health_check" in config["extensions"]
+
+
+@pytest.mark.parametrize("name", ["otelbpf-k8s.yaml", "otelbpf-to-jaeger.yaml"])
+def test_collector_configs_use_current_component_names(name):
+    config = yaml.safe_load((ROOT / "collector-config" / name).read_text())
+    pipelines_resolve(config)
+    exporters = {e.split("/")[0] for e in config["exporters"]}
+    assert not exporters & {"otlp", "otlphttp"}, "deprecated names since Collector v0.144"
+    assert "k8sattributes" not in {p.split("/")[0] for p in config.get("processors", {})}
+
+
+def test_collector_manifest_carries_the_k8s_config_and_rbac():
+    docs = documents(DEPLOY / "collector.yaml")
+    embedded = yaml.safe_load(kind(docs, "ConfigMap")["data"]["config.yaml"])
+    assert embedded == yaml.safe_load((ROOT / "collector-config" / "otelbpf-k8s.yaml").read_text())
+    rules = kind(docs, "ClusterRole")["rules"]
+    granted = {(group, resource) for rule in rules for group in rule["apiGroups"] for resource in rule["resources"]}
+    assert {("", "pods"), ("", "namespaces"), ("apps", "replicasets")} <= granted
+    binding = kind(docs, "ClusterRoleBinding")
+    pod = kind(docs, "Deployment")["spec"]["template"]["spec"]
+    assert binding["subjects"][0]["name"] == pod["serviceAccountName"] == kind(docs, "ServiceAccount")["metadata"]["name"]
+    collector = pod["containers"][0]
+    assert collector["readinessProbe"]["httpGet"]["port"] == "health"
+    assert {"name": "health", "containerPort": 13133, "protocol": "TCP"} in collector["ports"]
+    assert shlex.split(collector["args"][0])[0].endswith("/conf/config.yaml")
