@@ -1,0 +1,111 @@
+"""What all RTPS sessions of the agent share: discovery and sequence windows.
+
+A sample crosses several sockets (multicast and unicast, one send per
+reader), so "have we seen this one?" cannot be answered per flow.
+
+* Sent samples are keyed by writer GUID: only the writer's process sends
+  them, so a second send of the same sequence number (to another reader, or a
+  reliable retransmission) is not a new message.
+* Received samples are keyed by flow (receiving socket + sending peer) and
+  writer GUID: repairs come the way the original came. A sample first
+  received by multicast and repaired by unicast is then seen twice (a
+  limitation; docs/ros2-dds.md).
+
+A window remembers the highest sequence number and the holes below it. A
+hole filled later (a retransmission that repairs a loss) is a new sample; a
+hole still open :data:`LOSS_HORIZON` samples later, or below the writer's
+first available sample (HEARTBEAT), is a lost sample; a hole the writer
+declares irrelevant (GAP) is neither.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Hashable
+
+from protocols.rtps.discovery import Directory
+
+MAX_WINDOWS = 16384
+#: Holes remembered per window; a larger jump counts the excess as lost at once.
+MAX_HOLES = 1024
+#: A hole still open this many samples later is lost.
+LOSS_HORIZON = 64
+
+
+class SequenceWindow:
+    __slots__ = ("highest", "holes", "lost")
+
+    def __init__(self) -> None:
+        self.highest = 0
+        #: Missing sequence numbers below ``highest``, ascending.
+        self.holes: dict[int, None] = {}
+        #: Lost samples not yet reported on a message.
+        self.lost = 0
+
+    def observe(self, sequence: int) -> bool:
+        """Is ``sequence`` a sample not seen before? Updates holes and losses."""
+        highest = self.highest
+        if highest == 0 or sequence > highest:
+            if highest and sequence > highest + 1:
+                first = max(highest + 1, sequence - MAX_HOLES)
+                self.lost += first - (highest + 1)
+                for missing in range(first, sequence):
+                    self.holes[missing] = None
+            self.highest = sequence
+            self._expire(sequence - LOSS_HORIZON)
+            return True
+        if sequence in self.holes:
+            del self.holes[sequence]
+            return True
+        return False
+
+    def writer_dropped_below(self, first_available: int) -> None:
+        """HEARTBEAT: the writer no longer has anything below ``first_available``."""
+        self._expire(first_available - 1)
+
+    def irrelevant(self, sequences) -> None:
+        """GAP: these will never be sent; not lost."""
+        for sequence in sequences:
+            self.holes.pop(sequence, None)
+
+    def take_lost(self) -> int:
+        lost, self.lost = self.lost, 0
+        return lost
+
+    def _expire(self, up_to: int) -> None:
+        holes = self.holes
+        while holes:
+            oldest = next(iter(holes))
+            if oldest > up_to:
+                break
+            del holes[oldest]
+            self.lost += 1
+
+
+class SharedState:
+    """Discovery directory + sequence windows (bounded, oldest out first)."""
+
+    def __init__(self) -> None:
+        self.directory = Directory()
+        self._windows: OrderedDict[Hashable, SequenceWindow] = OrderedDict()
+        #: Repeated samples (retransmissions, one send per reader) not reported as messages.
+        self.repeats = 0
+        #: Samples per topic received and sent (by any session), for "discovery but no data".
+        self.samples_seen = 0
+        self._serials = 0
+
+    def new_session_serial(self) -> int:
+        self._serials += 1
+        return self._serials
+
+    def window(self, key: Hashable, create: bool = True) -> SequenceWindow | None:
+        window = self._windows.get(key)
+        if window is None:
+            if not create:
+                return None
+            window = self._windows[key] = SequenceWindow()
+            if len(self._windows) > MAX_WINDOWS:
+                self._windows.popitem(last=False)
+        else:
+            self._windows.move_to_end(key)
+        return window

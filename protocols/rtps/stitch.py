@@ -1,0 +1,203 @@
+"""One datagram flow's RTPS session: datagrams in, one exchange per new sample out.
+
+Builtin DATA (SPDP/SEDP discovery) feed the shared directory and make no
+span. User DATA, and DATA_FRAG series once every fragment arrived, become
+:class:`RtpsExchange` s: sent ones start and complete at once; received ones
+start at once and complete when the flow's next sample arrives (or after
+:data:`HOLD_NS`, or when the flow closes), so that what the process does
+with a sample (publishing the next one, answering a request) can be placed
+under its span by the thread and time rules. Repeats of a sample (a
+retransmission, the same sample sent to another reader) make no exchange.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from protocols.base import Direction, ExchangeCompleted, ExchangeKind, ExchangeStarted, SessionEvent
+from protocols.rtps import wire
+from protocols.rtps.discovery import is_builtin
+from protocols.rtps.state import SharedState
+from protocols.rtps.types import PROTOCOL, ROS2_REQUEST_PREFIX, RtpsExchange
+
+#: A received sample's span closes at the flow's next sample, or this long after it.
+HOLD_NS = 1_000_000_000
+#: Fragmented samples being reassembled per flow.
+MAX_PARTIAL = 64
+#: Fragment numbers remembered per partial sample (more: given up, counted).
+MAX_FRAGMENTS = 65536
+#: Builtin (discovery) samples are reassembled byte for byte up to this size.
+MAX_DISCOVERY_SAMPLE = 256 * 1024
+#: Received samples held open per flow (more: the oldest completes early).
+MAX_HELD = 256
+
+
+@dataclass(slots=True)
+class _Partial:
+    sample_size: int
+    fragment_size: int
+    received: set[int] = field(default_factory=set)
+    #: Only for discovery samples: their bytes, by fragment number.
+    chunks: dict[int, bytes] | None = None
+
+    @property
+    def expected(self) -> int:
+        return max(1, -(-self.sample_size // self.fragment_size))
+
+    def complete(self) -> bool:
+        return len(self.received) >= self.expected
+
+
+class RtpsSession:
+    protocol = PROTOCOL
+
+    def __init__(self, state: SharedState) -> None:
+        self.state = state
+        self.parse_errors = 0
+        #: Fragmented samples lost part-way (evicted before their last fragment).
+        self.fragments_dropped = 0
+        self._partial: OrderedDict[tuple[bytes, int], _Partial] = OrderedDict()
+        self._held: list[RtpsExchange] = []
+        #: Names this flow's windows of received samples in the shared state.
+        self._serial = state.new_session_serial()
+
+    def feed(self, direction: Direction, data: bytes, ts_ns: int, missing: int = 0) -> list[SessionEvent]:
+        try:
+            message = wire.parse_message(data, missing)
+        except wire.RtpsError:
+            self.parse_errors += 1
+            return []
+        out: list[SessionEvent] = []
+        if direction == Direction.INGRESS and self._held and self._releases_held(message, ts_ns):
+            self._complete_held(out)
+        source_ns = 0
+        prefix = message.header.guid_prefix
+        for item in message.submessages:
+            kind = type(item)
+            if kind is wire.DataSubmessage:
+                self._data(direction, message.header, item, source_ns, ts_ns, out)
+            elif kind is wire.InfoTimestamp:
+                source_ns = item.time_ns or 0
+            elif kind is wire.Heartbeat and direction == Direction.INGRESS:
+                window = self.state.window(self._received_key(prefix + item.writer_id), create=False)
+                if window is not None:
+                    window.writer_dropped_below(item.first)
+            elif kind is wire.Gap and direction == Direction.INGRESS:
+                window = self.state.window(self._received_key(prefix + item.writer_id), create=False)
+                if window is not None:
+                    window.irrelevant(item.irrelevant)
+        return out
+
+    def close(self, ts_ns: int) -> list[SessionEvent]:
+        out: list[SessionEvent] = []
+        self._complete_held(out)
+        self._partial.clear()
+        return out
+
+    # -- samples ----------------------------------------------------------------
+
+    def _data(self, direction, header, item: wire.DataSubmessage, source_ns, ts_ns, out) -> None:
+        writer_guid = header.guid_prefix + item.writer_id
+        size = len(item.payload) + item.missing
+        payload = item.payload
+        if item.fragmented:
+            whole = self._reassemble(writer_guid, item)
+            if whole is None:
+                return
+            size, payload = item.sample_size, whole
+        if is_builtin(item.writer_id):  # discovery (or liveliness): no span
+            self.state.directory.learn(header.guid_prefix, item, b"" if item.missing else payload, ts_ns)
+            return
+        self._sample(direction, header, writer_guid, item, size, source_ns, ts_ns, out)
+
+    def _sample(self, direction, header, writer_guid, item, size, source_ns, ts_ns, out) -> None:
+        state = self.state
+        if direction == Direction.EGRESS:
+            window = state.window(("sent", writer_guid))
+        else:
+            window = state.window(self._received_key(writer_guid))
+        if not window.observe(item.sequence):
+            state.repeats += 1
+            return
+        state.samples_seen += 1
+        endpoint = state.directory.endpoint(writer_guid)
+        topic = endpoint.topic if endpoint is not None else ""
+        exchange = RtpsExchange(
+            kind=_kind(direction, topic),
+            writer_guid=writer_guid,
+            sequence=item.sequence,
+            ts_ns=ts_ns,
+            topic=topic,
+            type_name=endpoint.type_name if endpoint is not None else "",
+            size=size,
+            fragmented=item.fragmented,
+            source_ns=source_ns,
+            readers=state.directory.readers(topic) if topic else 0,
+            lost_before=window.take_lost() if direction == Direction.INGRESS else 0,
+            vendor_id=header.vendor_id,
+        )
+        out.append(ExchangeStarted(exchange))
+        if direction == Direction.EGRESS:
+            out.append(ExchangeCompleted(exchange))
+            return
+        self._held.append(exchange)
+        if len(self._held) > MAX_HELD:
+            out.append(ExchangeCompleted(self._held.pop(0)))
+
+    def _received_key(self, writer_guid: bytes) -> tuple:
+        """Received samples are counted per flow: a reliable writer repairs a
+        loss from the socket it sent from to the locator it sent to (Cyclone
+        adds INFO_DST to repairs only, so the destination cannot key them)."""
+        return ("received", self._serial, writer_guid)
+
+    def _reassemble(self, writer_guid: bytes, item: wire.DataSubmessage) -> bytes | None:
+        """Add a DATA_FRAG's fragments; the whole sample's bytes once complete
+        (only kept for discovery samples: b"" for user data), else None."""
+        key = (writer_guid, item.sequence)
+        partial = self._partial.get(key)
+        if partial is None:
+            partial = self._partial[key] = _Partial(item.sample_size, item.fragment_size)
+            if is_builtin(item.writer_id) and item.sample_size <= MAX_DISCOVERY_SAMPLE:
+                partial.chunks = {}
+            if len(self._partial) > MAX_PARTIAL:
+                self._partial.popitem(last=False)
+                self.fragments_dropped += 1
+        if partial.fragment_size != item.fragment_size or partial.sample_size != item.sample_size:
+            self.parse_errors += 1
+            return None
+        last = min(item.fragment_start + item.fragments, partial.expected + 1)
+        for number in range(item.fragment_start, last):
+            partial.received.add(number)
+            if partial.chunks is not None and not item.missing:
+                offset = (number - item.fragment_start) * item.fragment_size
+                partial.chunks[number] = item.payload[offset : offset + item.fragment_size]
+        if len(partial.received) > MAX_FRAGMENTS:
+            del self._partial[key]
+            self.fragments_dropped += 1
+            return None
+        if not partial.complete():
+            return None
+        del self._partial[key]
+        if partial.chunks is None or len(partial.chunks) < partial.expected:
+            return b""
+        return b"".join(partial.chunks[n] for n in sorted(partial.chunks))[: partial.sample_size]
+
+    # -- held receptions ------------------------------------------------------
+
+    def _releases_held(self, message: wire.Message, ts_ns: int) -> bool:
+        """A new user sample on this flow, or the hold time passed, ends the held ones."""
+        if ts_ns - self._held[0].ts_ns > HOLD_NS:
+            return True
+        return any(type(item) is wire.DataSubmessage and not is_builtin(item.writer_id) for item in message.submessages)
+
+    def _complete_held(self, out: list[SessionEvent]) -> None:
+        held, self._held = self._held, []
+        out.extend(ExchangeCompleted(exchange) for exchange in held)
+
+
+def _kind(direction: Direction, topic: str) -> ExchangeKind:
+    """PRODUCER/CONSUMER; a ROS 2 service request is CLIENT where sent, SERVER where received."""
+    if topic.startswith(ROS2_REQUEST_PREFIX):
+        return ExchangeKind.CLIENT if direction == Direction.EGRESS else ExchangeKind.SERVER
+    return ExchangeKind.PRODUCER if direction == Direction.EGRESS else ExchangeKind.CONSUMER
