@@ -73,6 +73,9 @@ class SpanStart:
     #: asyncio task (coroutine) that started the request, 0 if none.
     task_id: int = 0
     start_ns: int = 0
+    #: Spans this one is linked to (not parented by): a received message's
+    #: sending span (otelbpf.association, rule ``message``).
+    links: list["SpanStart"] = field(default_factory=list)
     #: The finished span, once built (a deferred decision may still amend it).
     span: SpanRecord | None = field(default=None, repr=False)
 

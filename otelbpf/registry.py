@@ -79,14 +79,18 @@ def default_registry() -> Registry:
     """Every protocol otelbpf ships, in detection order."""
     from otelbpf.metrics import genai as genai_metrics
     from otelbpf.metrics import http1 as http1_metrics
+    from otelbpf.metrics import rtps as rtps_metrics
     from otelbpf.semantics import http1 as http1_semantics
+    from otelbpf.semantics import rtps as rtps_semantics
     from protocols.http1 import Http1Detector
+    from protocols.rtps import RtpsDetector
 
     registry = Registry()
     # HTTP/1 semantics per registry: a pipeline may attach its GenAI layer to it
     # (otelbpf.semantics.genai.attach); LLM calls on HTTP/1 are HTTP/1 spans, so
     # the GenAI instruments are HTTP/1's too (they select spans with gen_ai.* attributes).
     registry.register(Http1Detector(), http1_semantics.Http1Semantics(), http1_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS)
+    registry.register(RtpsDetector(), rtps_semantics.SEMANTICS, rtps_metrics.INSTRUMENTS)
     return registry
 
 
