@@ -2,11 +2,13 @@
 
 Builtin DATA (SPDP/SEDP discovery) feed the shared directory and make no
 span. User DATA, and DATA_FRAG series once every fragment arrived, become
-:class:`RtpsExchange` s: sent ones start and complete at once; received ones
-start at once and complete when the flow's next sample arrives (or after
-:data:`HOLD_NS`, or when the flow closes), so that what the process does
-with a sample (publishing the next one, answering a request) can be placed
-under its span by the thread and time rules. Repeats of a sample (a
+:class:`RtpsExchange` s. They start at once and complete later: a received
+one when the flow's next sample arrives (or after :data:`HOLD_NS`, or when
+the flow closes), so that what the process does with a sample (publishing
+the next one, answering a request) can be placed under its span by the
+thread and time rules; a sent one at the flow's next datagram, because
+Cyclone DDS may send a new writer's first sample just before its SEDP
+announcement: the topic is looked up again when the exchange completes. Repeats of a sample (a
 retransmission, the same sample sent to another reader) make no exchange.
 """
 
@@ -58,7 +60,8 @@ class RtpsSession:
         #: Fragmented samples lost part-way (evicted before their last fragment).
         self.fragments_dropped = 0
         self._partial: OrderedDict[tuple[bytes, int], _Partial] = OrderedDict()
-        self._held: list[RtpsExchange] = []
+        #: Exchanges started and not completed yet, by direction.
+        self._held: dict[Direction, list[RtpsExchange]] = {Direction.INGRESS: [], Direction.EGRESS: []}
         #: Names this flow's windows of received samples in the shared state.
         self._serial = state.new_session_serial()
 
@@ -69,8 +72,11 @@ class RtpsSession:
             self.parse_errors += 1
             return []
         out: list[SessionEvent] = []
-        if direction == Direction.INGRESS and self._held and self._releases_held(message, ts_ns):
-            self._complete_held(out)
+        held = self._held[direction]
+        previous = len(held)
+        if previous and self._releases_held(direction, message, ts_ns):
+            self._complete_held(direction, out)  # before this datagram's samples open new windows
+            previous = 0
         source_ns = 0
         prefix = message.header.guid_prefix
         for item in message.submessages:
@@ -87,11 +93,14 @@ class RtpsSession:
                 window = self.state.window(self._received_key(prefix + item.writer_id), create=False)
                 if window is not None:
                     window.irrelevant(item.irrelevant)
+        if previous and direction == Direction.EGRESS:  # sent ones: after this datagram's discovery
+            self._complete_held(direction, out, previous)
         return out
 
     def close(self, ts_ns: int) -> list[SessionEvent]:
         out: list[SessionEvent] = []
-        self._complete_held(out)
+        for direction in self._held:
+            self._complete_held(direction, out)
         self._partial.clear()
         return out
 
@@ -138,12 +147,10 @@ class RtpsSession:
             vendor_id=header.vendor_id,
         )
         out.append(ExchangeStarted(exchange))
-        if direction == Direction.EGRESS:
-            out.append(ExchangeCompleted(exchange))
-            return
-        self._held.append(exchange)
-        if len(self._held) > MAX_HELD:
-            out.append(ExchangeCompleted(self._held.pop(0)))
+        held = self._held[direction]
+        held.append(exchange)
+        if len(held) > MAX_HELD:
+            out.append(self._completed(held.pop(0)))
 
     def _received_key(self, writer_guid: bytes) -> tuple:
         """Received samples are counted per flow: a reliable writer repairs a
@@ -185,15 +192,26 @@ class RtpsSession:
 
     # -- held receptions ------------------------------------------------------
 
-    def _releases_held(self, message: wire.Message, ts_ns: int) -> bool:
-        """A new user sample on this flow, or the hold time passed, ends the held ones."""
-        if ts_ns - self._held[0].ts_ns > HOLD_NS:
+    def _releases_held(self, direction: Direction, message: wire.Message, ts_ns: int) -> bool:
+        """Received: a new user sample on this flow, or the hold time passed.
+        Sent: any datagram (completed after its discovery data is read)."""
+        if direction == Direction.EGRESS or ts_ns - self._held[direction][0].ts_ns > HOLD_NS:
             return True
         return any(type(item) is wire.DataSubmessage and not is_builtin(item.writer_id) for item in message.submessages)
 
-    def _complete_held(self, out: list[SessionEvent]) -> None:
-        held, self._held = self._held, []
-        out.extend(ExchangeCompleted(exchange) for exchange in held)
+    def _complete_held(self, direction: Direction, out: list[SessionEvent], count: int | None = None) -> None:
+        held = self._held[direction]
+        count = len(held) if count is None else count
+        done, self._held[direction] = held[:count], held[count:]
+        out.extend(self._completed(exchange) for exchange in done)
+
+    def _completed(self, exchange: RtpsExchange) -> ExchangeCompleted:
+        """End it, naming its topic if discovery announced the writer meanwhile."""
+        if not exchange.topic:
+            endpoint = self.state.directory.endpoint(exchange.writer_guid)
+            if endpoint is not None:
+                exchange.topic, exchange.type_name = endpoint.topic, endpoint.type_name
+        return ExchangeCompleted(exchange)
 
 
 def _kind(direction: Direction, topic: str) -> ExchangeKind:
