@@ -74,8 +74,9 @@ class RtpsSession:
         out: list[SessionEvent] = []
         held = self._held[direction]
         previous = len(held)
-        if previous and self._releases_held(direction, message, ts_ns):
-            self._complete_held(direction, out)  # before this datagram's samples open new windows
+        if previous and direction == Direction.INGRESS:
+            if self._releases_held(direction, message, ts_ns):
+                self._complete_held(direction, out)  # before this datagram's samples open new windows
             previous = 0
         source_ns = 0
         prefix = message.header.guid_prefix
@@ -93,7 +94,7 @@ class RtpsSession:
                 window = self.state.window(self._received_key(prefix + item.writer_id), create=False)
                 if window is not None:
                     window.irrelevant(item.irrelevant)
-        if previous and direction == Direction.EGRESS:  # sent ones: after this datagram's discovery
+        if previous:  # sent ones: after this datagram's discovery data was read
             self._complete_held(direction, out, previous)
         return out
 
@@ -193,9 +194,8 @@ class RtpsSession:
     # -- held receptions ------------------------------------------------------
 
     def _releases_held(self, direction: Direction, message: wire.Message, ts_ns: int) -> bool:
-        """Received: a new user sample on this flow, or the hold time passed.
-        Sent: any datagram (completed after its discovery data is read)."""
-        if direction == Direction.EGRESS or ts_ns - self._held[direction][0].ts_ns > HOLD_NS:
+        """Received samples end at a new user sample on this flow, or once the hold time passed."""
+        if ts_ns - self._held[direction][0].ts_ns > HOLD_NS:
             return True
         return any(type(item) is wire.DataSubmessage and not is_builtin(item.writer_id) for item in message.submessages)
 
