@@ -86,7 +86,9 @@ def valid(samples):
 
 
 def say(*words) -> None:
-    print(*words, flush=True)
+    """One line in one write: several roles may share a pipe."""
+    sys.stdout.write(" ".join(map(str, words)) + "\n")
+    sys.stdout.flush()
 
 
 def camera(args) -> None:

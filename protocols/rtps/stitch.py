@@ -42,6 +42,8 @@ class _Partial:
     received: set[int] = field(default_factory=set)
     #: Only for discovery samples: their bytes, by fragment number.
     chunks: dict[int, bytes] | None = None
+    #: The writer's source timestamp, from the datagram of whichever fragment carried one.
+    source_ns: int = 0
 
     @property
     def expected(self) -> int:
@@ -112,10 +114,10 @@ class RtpsSession:
         size = len(item.payload) + item.missing
         payload = item.payload
         if item.fragmented:
-            whole = self._reassemble(writer_guid, item)
+            whole = self._reassemble(writer_guid, item, source_ns)
             if whole is None:
                 return
-            size, payload = item.sample_size, whole
+            size, (payload, source_ns) = item.sample_size, whole
         if is_builtin(item.writer_id):  # discovery (or liveliness): no span
             self.state.directory.learn(header.guid_prefix, item, b"" if item.missing else payload, ts_ns)
             return
@@ -159,9 +161,10 @@ class RtpsSession:
         adds INFO_DST to repairs only, so the destination cannot key them)."""
         return ("received", self._serial, writer_guid)
 
-    def _reassemble(self, writer_guid: bytes, item: wire.DataSubmessage) -> bytes | None:
-        """Add a DATA_FRAG's fragments; the whole sample's bytes once complete
-        (only kept for discovery samples: b"" for user data), else None."""
+    def _reassemble(self, writer_guid: bytes, item: wire.DataSubmessage, source_ns: int) -> tuple[bytes, int] | None:
+        """Add a DATA_FRAG's fragments; once complete, the whole sample's bytes
+        (only kept for discovery samples: b"" for user data) and its source
+        timestamp, else None."""
         key = (writer_guid, item.sequence)
         partial = self._partial.get(key)
         if partial is None:
@@ -174,6 +177,7 @@ class RtpsSession:
         if partial.fragment_size != item.fragment_size or partial.sample_size != item.sample_size:
             self.parse_errors += 1
             return None
+        partial.source_ns = partial.source_ns or source_ns
         last = min(item.fragment_start + item.fragments, partial.expected + 1)
         for number in range(item.fragment_start, last):
             partial.received.add(number)
@@ -188,8 +192,8 @@ class RtpsSession:
             return None
         del self._partial[key]
         if partial.chunks is None or len(partial.chunks) < partial.expected:
-            return b""
-        return b"".join(partial.chunks[n] for n in sorted(partial.chunks))[: partial.sample_size]
+            return b"", partial.source_ns
+        return b"".join(partial.chunks[n] for n in sorted(partial.chunks))[: partial.sample_size], partial.source_ns
 
     # -- held receptions ------------------------------------------------------
 

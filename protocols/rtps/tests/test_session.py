@@ -150,9 +150,10 @@ def test_fragments_reassemble_into_one_sample_in_any_order():
     pieces = [(1, b"a" * 1000), (3, b"c" * 500), (2, b"b" * 1000)]
     events = []
     for first, chunk in pieces:
-        events += session.feed(IN, build.header(A) + build.data_frag(W, 7, first, chunk, frag, size), first)
+        stamp = build.info_ts(5_000) if first == 1 else b""  # only the first datagram carries INFO_TS
+        events += session.feed(IN, build.header(A) + stamp + build.data_frag(W, 7, first, chunk, frag, size), first)
     [exchange] = started(events)
-    assert (exchange.sequence, exchange.size, exchange.fragmented) == (7, 2500, True)
+    assert (exchange.sequence, exchange.size, exchange.fragmented, exchange.source_ns) == (7, 2500, True, 5_000)
 
 
 def test_discovery_can_arrive_fragmented():
