@@ -63,6 +63,15 @@ class Registry:
             if transport is None or entry.detector.transports & transport
         ]
 
+    def notices(self) -> list[str]:
+        """Lines for the agent's log from detectors that have some (``take_notices``), each once."""
+        out: list[str] = []
+        for entry in self._protocols.values():
+            take = getattr(entry.detector, "take_notices", None)
+            if take is not None:
+                out += take()
+        return out
+
     def semantics(self, protocol: str) -> SpanSemantics | None:
         entry = self._protocols.get(protocol)
         return entry.semantics if entry is not None else None

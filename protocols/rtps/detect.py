@@ -26,3 +26,7 @@ class RtpsDetector:
 
     def new_session(self, request_direction: Direction) -> RtpsSession:
         return RtpsSession(self.state)
+
+    def take_notices(self) -> list[str]:
+        """Lines for the agent's log, each said once (protocols/rtps/state.py, DataWatch)."""
+        return self.state.data_watch.take_notices()

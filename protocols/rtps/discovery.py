@@ -66,22 +66,26 @@ class Directory:
         """How many readers of ``topic`` discovery has announced."""
         return len(self._readers.get(topic, ()))
 
+    def has_reader_outside(self, topic: str, prefix: bytes) -> bool:
+        """Does a participant other than ``prefix`` read ``topic``?"""
+        return any(guid[:12] != prefix for guid in self._readers.get(topic, ()))
+
     def __len__(self) -> int:
         return len(self._endpoints)
 
-    def learn(self, writer_prefix: bytes, data: wire.DataSubmessage, payload: bytes, ts_ns: int) -> bool:
-        """Take in a builtin DATA (whole serialized payload). True if it was discovery."""
+    def learn(self, writer_prefix: bytes, data: wire.DataSubmessage, payload: bytes, ts_ns: int) -> Endpoint | None:
+        """Take in a builtin DATA (whole serialized payload); the endpoint it announced, if any."""
         writer_id = data.writer_id
         if writer_id == SPDP_WRITER:
             self._remember_participant(writer_prefix, ts_ns)
-            return True
+            return None
         if writer_id not in (SEDP_PUBLICATIONS_WRITER, SEDP_SUBSCRIPTIONS_WRITER):
-            return False
+            return None
         try:
-            self._learn_endpoint(data, payload, writer_id == SEDP_PUBLICATIONS_WRITER)
+            return self._learn_endpoint(data, payload, writer_id == SEDP_PUBLICATIONS_WRITER)
         except (wire.RtpsError, IndexError, ValueError):
             self.errors += 1
-        return True
+            return None
 
     def _remember_participant(self, prefix: bytes, ts_ns: int) -> None:
         self.participants[prefix] = ts_ns
@@ -89,7 +93,7 @@ class Directory:
         if len(self.participants) > MAX_PARTICIPANTS:
             self.participants.popitem(last=False)
 
-    def _learn_endpoint(self, data: wire.DataSubmessage, payload: bytes, writer: bool) -> None:
+    def _learn_endpoint(self, data: wire.DataSubmessage, payload: bytes, writer: bool) -> Endpoint | None:
         gone = False
         key_hash = b""
         for pid, value in wire.parameters(data.inline_qos, data.little_endian):
@@ -99,9 +103,9 @@ class Directory:
                 key_hash = value
         if gone:  # disposal: the payload may be only the key
             self._forget(key_hash)
-            return
+            return None
         if not payload:
-            return
+            return None
         is_list, little = wire.encapsulation(payload)
         if not is_list:
             raise wire.RtpsError("SEDP payload is not a parameter list")
@@ -115,7 +119,9 @@ class Directory:
                 type_name = wire.cdr_string(value, little)
         if len(guid) != 16 or not topic:
             raise wire.RtpsError("SEDP announcement without endpoint GUID or topic")
-        self.add(Endpoint(guid, topic, type_name, writer))
+        endpoint = Endpoint(guid, topic, type_name, writer)
+        self.add(endpoint)
+        return endpoint
 
     def add(self, endpoint: Endpoint) -> None:
         old = self._endpoints.pop(endpoint.guid, None)

@@ -26,6 +26,10 @@ from typing import Hashable
 from protocols.rtps.discovery import Directory
 
 MAX_WINDOWS = 16384
+#: A process whose writers were announced this long ago, with a reader
+#: elsewhere, and no sample of it crossed a socket: its data takes another way.
+QUIET_NS = 5_000_000_000
+MAX_WATCHED_PROCESSES = 4096
 #: Holes remembered per window; a larger jump counts the excess as lost at once.
 MAX_HOLES = 1024
 #: A hole still open this many samples later is lost.
@@ -82,11 +86,72 @@ class SequenceWindow:
             self.lost += 1
 
 
+class _Watched:
+    __slots__ = ("prefix", "topics", "since_ns", "samples", "reported")
+
+    def __init__(self, prefix: bytes, since_ns: int) -> None:
+        self.prefix = prefix
+        self.topics: set[str] = set()
+        self.since_ns = since_ns
+        self.samples = 0
+        self.reported = False
+
+
+class DataWatch:
+    """Discovery seen, data not: shared-memory transports (Fast DDS's default,
+    Cyclone DDS with iceoryx) move samples between processes of one host
+    without a socket; only SPDP/SEDP still cross one. A process that announced
+    writers (its own SEDP left its socket), whose topics have a reader in
+    another participant, and that sent or received no sample over a socket
+    for :data:`QUIET_NS` gets one notice, for the agent's log."""
+
+    def __init__(self) -> None:
+        self._processes: OrderedDict[int, _Watched] = OrderedDict()
+        self._notices: list[str] = []
+        self._next_check_ns = 0
+
+    def announced(self, pid: int, prefix: bytes, topic: str, ts_ns: int) -> None:
+        watched = self._processes.get(pid)
+        if watched is None:
+            watched = self._processes[pid] = _Watched(prefix, ts_ns)
+            if len(self._processes) > MAX_WATCHED_PROCESSES:
+                self._processes.popitem(last=False)
+        watched.topics.add(topic)
+
+    def sample(self, pid: int) -> None:
+        watched = self._processes.get(pid)
+        if watched is not None:
+            watched.samples += 1
+
+    def check(self, ts_ns: int, directory: Directory) -> None:
+        """Look for quiet processes, at most once a second of capture time."""
+        if ts_ns < self._next_check_ns:
+            return
+        self._next_check_ns = ts_ns + 1_000_000_000
+        for pid, watched in self._processes.items():
+            if watched.reported or watched.samples or ts_ns - watched.since_ns < QUIET_NS:
+                continue
+            read_elsewhere = sorted(t for t in watched.topics if directory.has_reader_outside(t, watched.prefix))
+            if read_elsewhere:
+                watched.reported = True
+                self._notices.append(
+                    f"DDS process {pid} announced writers on {', '.join(read_elsewhere[:5])} that have readers, "
+                    f"but none of its samples crossed a socket in {QUIET_NS // 1_000_000_000} s: its DDS is probably "
+                    "using shared memory (Fast DDS's default, Cyclone DDS with iceoryx), which the agent cannot see. "
+                    "Configure UDP transport to trace it (docs/ros2-dds.md)."
+                )
+
+    def take_notices(self) -> list[str]:
+        notices, self._notices = self._notices, []
+        return notices
+
+
 class SharedState:
     """Discovery directory + sequence windows (bounded, oldest out first)."""
 
     def __init__(self) -> None:
         self.directory = Directory()
+        self.data_watch = DataWatch()
         self._windows: OrderedDict[Hashable, SequenceWindow] = OrderedDict()
         #: Repeated samples (retransmissions, one send per reader) not reported as messages.
         self.repeats = 0

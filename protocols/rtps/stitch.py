@@ -66,6 +66,8 @@ class RtpsSession:
         self._held: dict[Direction, list[RtpsExchange]] = {Direction.INGRESS: [], Direction.EGRESS: []}
         #: Names this flow's windows of received samples in the shared state.
         self._serial = state.new_session_serial()
+        #: The process whose flow this is, when the agent says (0: unknown).
+        self.pid = 0
 
     def feed(self, direction: Direction, data: bytes, ts_ns: int, missing: int = 0) -> list[SessionEvent]:
         try:
@@ -98,6 +100,8 @@ class RtpsSession:
                     window.irrelevant(item.irrelevant)
         if previous:  # sent ones: after this datagram's discovery data was read
             self._complete_held(direction, out, previous)
+        if self.pid:
+            self.state.data_watch.check(ts_ns, self.state.directory)
         return out
 
     def close(self, ts_ns: int) -> list[SessionEvent]:
@@ -119,7 +123,9 @@ class RtpsSession:
                 return
             size, (payload, source_ns) = item.sample_size, whole
         if is_builtin(item.writer_id):  # discovery (or liveliness): no span
-            self.state.directory.learn(header.guid_prefix, item, b"" if item.missing else payload, ts_ns)
+            endpoint = self.state.directory.learn(header.guid_prefix, item, b"" if item.missing else payload, ts_ns)
+            if endpoint is not None and endpoint.writer and direction == Direction.EGRESS and self.pid:
+                self.state.data_watch.announced(self.pid, header.guid_prefix, endpoint.topic, ts_ns)
             return
         self._sample(direction, header, writer_guid, item, size, source_ns, ts_ns, out)
 
@@ -133,6 +139,8 @@ class RtpsSession:
             state.repeats += 1
             return
         state.samples_seen += 1
+        if self.pid:
+            state.data_watch.sample(self.pid)
         endpoint = state.directory.endpoint(writer_guid)
         topic = endpoint.topic if endpoint is not None else ""
         exchange = RtpsExchange(

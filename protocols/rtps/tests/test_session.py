@@ -189,3 +189,35 @@ def test_malformed_datagrams_are_counted_not_raised():
 
 def test_guid_text():
     assert guid_text(WRITER) == "0110aaaa.00000000.0000000a.00000103"
+
+
+def test_discovery_without_data_gives_one_notice_per_process():
+    from protocols.rtps.state import QUIET_NS
+
+    detector = RtpsDetector()
+    talker = detector.new_session(OUT)
+    talker.pid = 41
+    listener = detector.new_session(IN)
+    listener.pid = 42
+    listener.feed(IN, build.announce_reader(B, build.USER_READER, "rt/chatter"), 0)
+    talker.feed(OUT, build.announce_writer(A, W, "rt/chatter"), 1)  # its own announcement leaves its socket
+    talker.feed(OUT, build.header(A) + build.heartbeat(W, 1, 0), QUIET_NS // 2)
+    assert detector.take_notices() == []
+    talker.feed(OUT, build.header(A) + build.heartbeat(W, 1, 0), QUIET_NS + 2)
+    [notice] = detector.take_notices()
+    assert "DDS process 41" in notice and "rt/chatter" in notice and "shared memory" in notice
+    talker.feed(OUT, build.header(A) + build.heartbeat(W, 1, 0), 3 * QUIET_NS)
+    assert detector.take_notices() == []  # once
+
+
+def test_a_process_whose_samples_cross_sockets_gets_no_notice():
+    from protocols.rtps.state import QUIET_NS
+
+    detector = RtpsDetector()
+    talker = detector.new_session(OUT)
+    talker.pid = 41
+    detector.new_session(IN).feed(IN, build.announce_reader(B, build.USER_READER, "rt/chatter"), 0)
+    talker.feed(OUT, build.announce_writer(A, W, "rt/chatter"), 1)
+    talker.feed(OUT, build.sample(A, W, 1), 2)
+    talker.feed(OUT, build.header(A) + build.heartbeat(W, 1, 1), 2 * QUIET_NS)
+    assert detector.take_notices() == []
