@@ -97,10 +97,16 @@ def camera(args) -> None:
     wait_for_readers(writer, args.readers)
     say("ready")
     payload = [7] * args.size
+    period = 1.0 / args.rate if args.rate > 0 else 0.0
+    started = time.monotonic()
     for frame in range(args.frames):
         writer.write(Image(frame, time.time_ns(), payload))
-        say("sent", frame)
-        time.sleep(1.0 / args.rate)
+        if not args.quiet:
+            say("sent", frame)
+        if period:  # paced on a schedule, so a slow write does not lower the rate
+            time.sleep(max(0.0, started + (frame + 1) * period - time.monotonic()))
+    elapsed = time.monotonic() - started
+    say("rate", round(args.frames / elapsed, 1) if elapsed > 0 else 0)
     time.sleep(args.linger)
 
 
@@ -130,6 +136,21 @@ def planner(args) -> None:
     reader = DataReader(participant, Topic(participant, "rt/detector/objects", Detections), qos=RELIABLE, listener=OnObjects())
     say("ready")
     serve(args, reader)
+
+
+def sink(args) -> None:
+    """Takes images and counts them (the benchmark's reader)."""
+    participant = DomainParticipant()
+    taken = [0]
+
+    class OnImage(Listener):
+        def on_data_available(self, reader):
+            taken[0] += len(valid(reader.take(N=256)))
+
+    reader = DataReader(participant, Topic(participant, "rt/camera/image", Image), qos=RELIABLE, listener=OnImage())
+    say("ready")
+    serve(args, reader)
+    say("taken", taken[0])
 
 
 def service_server(args) -> None:
@@ -192,6 +213,7 @@ ROLES = {
     "camera": camera,
     "detector": detector,
     "planner": planner,
+    "sink": sink,
     "service-server": service_server,
     "service-client": service_client,
 }
@@ -201,7 +223,8 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("role", choices=sorted(ROLES))
     parser.add_argument("--frames", type=int, default=5)
-    parser.add_argument("--rate", type=float, default=5.0, help="samples per second")
+    parser.add_argument("--rate", type=float, default=5.0, help="samples per second (0: as fast as it can)")
+    parser.add_argument("--quiet", action="store_true", help="camera: no line per sample")
     parser.add_argument("--size", type=int, default=64, help="image bytes (above ~1300 Cyclone fragments the sample)")
     parser.add_argument("--readers", type=int, default=1, help="camera: wait for this many matched readers")
     parser.add_argument("--seconds", type=float, default=30.0, help="subscribers: run this long")
