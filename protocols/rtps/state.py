@@ -155,8 +155,6 @@ class SharedState:
         self._windows: OrderedDict[Hashable, SequenceWindow] = OrderedDict()
         #: Repeated samples (retransmissions, one send per reader) not reported as messages.
         self.repeats = 0
-        #: Samples per topic received and sent (by any session), for "discovery but no data".
-        self.samples_seen = 0
         self._serials = 0
 
     def new_session_serial(self) -> int:

@@ -3,8 +3,9 @@
 Builtin DATA (SPDP/SEDP discovery) feed the shared directory and make no
 span. User DATA, and DATA_FRAG series once every fragment arrived, become
 :class:`RtpsExchange` s. They start at once and complete later: a received
-one when the flow's next sample arrives (or after :data:`HOLD_NS`, or when
-the flow closes), so that what the process does with a sample (publishing
+one when the flow's next new sample arrives (a repeat does not count: Cyclone
+may repair a first sample within the millisecond), or after :data:`HOLD_NS`,
+or when the flow closes, so that what the process does with a sample (publishing
 the next one, answering a request) can be placed under its span by the
 thread and time rules; a sent one at the flow's next datagram, because
 Cyclone DDS may send a new writer's first sample just before its SEDP
@@ -68,6 +69,8 @@ class RtpsSession:
         self._serial = state.new_session_serial()
         #: The process whose flow this is, when the agent says (0: unknown).
         self.pid = 0
+        #: During a feed: how many held received samples the next new sample ends.
+        self._ended_by_new_sample = 0
 
     def feed(self, direction: Direction, data: bytes, ts_ns: int, missing: int = 0) -> list[SessionEvent]:
         try:
@@ -79,8 +82,10 @@ class RtpsSession:
         held = self._held[direction]
         previous = len(held)
         if previous and direction == Direction.INGRESS:
-            if self._releases_held(direction, message, ts_ns):
-                self._complete_held(direction, out)  # before this datagram's samples open new windows
+            if ts_ns - held[0].ts_ns > HOLD_NS:
+                self._complete_held(direction, out)
+            #: received ones end when a new sample arrives (not a repeat: a repair may come at once)
+            self._ended_by_new_sample = len(held)
             previous = 0
         source_ns = 0
         prefix = message.header.guid_prefix
@@ -100,6 +105,7 @@ class RtpsSession:
                     window.irrelevant(item.irrelevant)
         if previous:  # sent ones: after this datagram's discovery data was read
             self._complete_held(direction, out, previous)
+        self._ended_by_new_sample = 0
         if self.pid:
             self.state.data_watch.check(ts_ns, self.state.directory)
         return out
@@ -138,7 +144,6 @@ class RtpsSession:
         if not window.observe(item.sequence):
             state.repeats += 1
             return
-        state.samples_seen += 1
         if self.pid:
             state.data_watch.sample(self.pid)
         endpoint = state.directory.endpoint(writer_guid)
@@ -157,6 +162,9 @@ class RtpsSession:
             lost_before=window.take_lost() if direction == Direction.INGRESS else 0,
             vendor_id=header.vendor_id,
         )
+        if self._ended_by_new_sample:  # before this sample opens its window
+            self._complete_held(direction, out, self._ended_by_new_sample)
+            self._ended_by_new_sample = 0
         out.append(ExchangeStarted(exchange))
         held = self._held[direction]
         held.append(exchange)
@@ -204,12 +212,6 @@ class RtpsSession:
         return b"".join(partial.chunks[n] for n in sorted(partial.chunks))[: partial.sample_size], partial.source_ns
 
     # -- held receptions ------------------------------------------------------
-
-    def _releases_held(self, direction: Direction, message: wire.Message, ts_ns: int) -> bool:
-        """Received samples end at a new user sample on this flow, or once the hold time passed."""
-        if ts_ns - self._held[direction][0].ts_ns > HOLD_NS:
-            return True
-        return any(type(item) is wire.DataSubmessage and not is_builtin(item.writer_id) for item in message.submessages)
 
     def _complete_held(self, direction: Direction, out: list[SessionEvent], count: int | None = None) -> None:
         held = self._held[direction]

@@ -58,6 +58,7 @@ def test_a_received_sample_names_topic_and_completes_at_the_next_sample():
     assert (exchange.topic, exchange.type_name, exchange.sequence, exchange.writer_guid) == ("rt/camera/image", "Image_", 1, WRITER)
     assert exchange.size == 104 and exchange.source_ns == 900 and exchange.sole_reader
     assert exchange.message_key == ("rtps", WRITER, 1) and exchange.start_ns == exchange.end_ns == 1000
+    assert completed(session.feed(IN, build.sample(A, W, 1), 1500)) == []  # a repair of it: still held
     second = session.feed(IN, build.sample(A, W, 2), 2000)
     assert completed(second) == [exchange]
     assert [e.sequence for e in started(second)] == [2]
