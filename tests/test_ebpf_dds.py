@@ -236,3 +236,28 @@ def test_retransmissions_after_loss_are_not_counted_twice(agent, lossy_namespace
     counts = {a["messaging.operation.type"]: count for a, count, _ in metrics["otelbpf.dds.message.size"]
               if a.get("messaging.destination.name") == "rt/camera/image"}  # fmt: skip
     assert counts == {"send": frames, "receive": frames}
+
+
+def test_multicast_sample_with_two_readers_is_linked_not_parented(agent):
+    frames = 3
+    multicast = "--multicast"
+    launcher = Launcher(
+        f"{role('sink', '--seconds', '7', multicast)} & {role('sink', '--seconds', '7', multicast)} & sleep 1; "
+        f"{role('camera', '--frames', str(frames), '--rate', '5', '--readers', '2', multicast)}"
+    )
+    with OtlpReceiver(http_port=None) as receiver:
+        output, spans, _ = traced(agent, receiver, launcher)
+    assert output.count("taken 3") == 2, output
+    spans = rtps_spans(spans)
+    sent = by_message(spans, PRODUCER)
+    received = by_message(spans, CONSUMER)
+    assert len(sent) == frames and all(len(v) == 1 for v in sent.values())
+    assert set(received) == set(sent)
+    for message_id, readers in received.items():
+        [producer] = sent[message_id]
+        assert len(readers) == 2 and len({r.resource["process.pid"] for r in readers}) == 2, [(r.resource["process.pid"], r.attributes.get("network.peer.port"), r.attributes.get("thread.id"), r.span.start_time_unix_nano) for r in readers]
+        for reader in readers:
+            # one sample, two readers: a link to the sending span each, and no parent
+            assert [link.span_id for link in reader.span.links] == [producer.span.span_id]
+            assert reader.span.parent_span_id == b""
+            assert reader.attributes["otelbpf.association"] == "message"

@@ -6,10 +6,11 @@ reader), so "have we seen this one?" cannot be answered per flow.
 * Sent samples are keyed by writer GUID: only the writer's process sends
   them, so a second send of the same sequence number (to another reader, or a
   reliable retransmission) is not a new message.
-* Received samples are keyed by flow (receiving socket + sending peer) and
-  writer GUID: repairs come the way the original came. A sample first
-  received by multicast and repaired by unicast is then seen twice (a
-  limitation; docs/ros2-dds.md).
+* Received samples are keyed by receiving process (one sample may reach it
+  on its multicast and its unicast socket) and writer GUID; by flow when the
+  process is not known (pcap replay, tests).
+* A process that receives its own multicast back is not a reader of it: the
+  participants (GUID prefixes) each process sends from are remembered.
 
 A window remembers the highest sequence number and the holes below it. A
 hole filled later (a retransmission that repairs a loss) is a new sample; a
@@ -156,6 +157,17 @@ class SharedState:
         #: Repeated samples (retransmissions, one send per reader) not reported as messages.
         self.repeats = 0
         self._serials = 0
+        #: GUID prefix -> the process that sends as that participant (bounded).
+        self._participants: OrderedDict[bytes, int] = OrderedDict()
+
+    def note_participant(self, prefix: bytes, pid: int) -> None:
+        if self._participants.get(prefix) != pid:
+            self._participants[prefix] = pid
+            if len(self._participants) > MAX_WATCHED_PROCESSES:
+                self._participants.popitem(last=False)
+
+    def participant_pid(self, prefix: bytes) -> int:
+        return self._participants.get(prefix, 0)
 
     def new_session_serial(self) -> int:
         self._serials += 1

@@ -89,6 +89,10 @@ class RtpsSession:
             previous = 0
         source_ns = 0
         prefix = message.header.guid_prefix
+        if self.pid and direction == Direction.EGRESS:
+            self.state.note_participant(prefix, self.pid)
+        elif self.pid and self.state.participant_pid(prefix) == self.pid:
+            return out  # its own multicast, looped back to the sending process: not a reception
         for item in message.submessages:
             kind = type(item)
             if kind is wire.DataSubmessage:
@@ -172,10 +176,12 @@ class RtpsSession:
             out.append(self._completed(held.pop(0)))
 
     def _received_key(self, writer_guid: bytes) -> tuple:
-        """Received samples are counted per flow: a reliable writer repairs a
-        loss from the socket it sent from to the locator it sent to (Cyclone
-        adds INFO_DST to repairs only, so the destination cannot key them)."""
-        return ("received", self._serial, writer_guid)
+        """Received samples are counted per process when the agent named it
+        (one sample may reach a process on its multicast and its unicast
+        socket), else per flow. Not by INFO_DST: Cyclone adds it to repairs only."""
+        if self.pid:
+            return ("received by process", self.pid, writer_guid)
+        return ("received on flow", self._serial, writer_guid)
 
     def _reassemble(self, writer_guid: bytes, item: wire.DataSubmessage, source_ns: int) -> tuple[bytes, int] | None:
         """Add a DATA_FRAG's fragments; once complete, the whole sample's bytes

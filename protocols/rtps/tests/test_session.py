@@ -222,3 +222,18 @@ def test_a_process_whose_samples_cross_sockets_gets_no_notice():
     talker.feed(OUT, build.sample(A, W, 1), 2)
     talker.feed(OUT, build.header(A) + build.heartbeat(W, 1, 1), 2 * QUIET_NS)
     assert detector.take_notices() == []
+
+
+def test_a_process_counts_a_sample_once_whichever_socket_brings_it_and_ignores_its_own_multicast():
+    detector = RtpsDetector()
+    multicast, unicast = detector.new_session(IN), detector.new_session(IN)
+    multicast.pid = unicast.pid = 7
+    assert len(started(multicast.feed(IN, build.sample(A, W, 1), 1))) == 1
+    assert started(unicast.feed(IN, build.sample(A, W, 1), 2)) == []
+    writer = detector.new_session(OUT)
+    writer.pid = 9
+    writer.feed(OUT, build.sample(A, W, 2), 3)  # process 9 sends as participant A
+    echo = detector.new_session(IN)
+    echo.pid = 9
+    assert started(echo.feed(IN, build.sample(A, W, 2), 4)) == []
+    assert len(started(multicast.feed(IN, build.sample(A, W, 2), 5))) == 1
