@@ -195,7 +195,7 @@ class Linker:
         sent[message] = start
         if len(sent) > MAX_SENT_MESSAGES:
             sent.popitem(last=False)
-            self.counters.add("otelbpf.association.pending_evicted")
+            self.counters.add("otelbpf.association.messages_evicted")
 
     def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int) -> SpanStart:
         if task_id and self._task_decisions < MAX_TASK_DECISIONS:

@@ -29,7 +29,8 @@ fi
 
 arch=$(dpkg --print-architecture)   # amd64, arm64
 packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-light wrk iproute2 tcpdump
-          gcc libc6-dev python3-dev)   # the last three build the Cython extensions
+          gcc libc6-dev python3-dev    # these three build the Cython extensions
+          iptables)                    # tests/test_ebpf_dds.py drops packets in its own network namespace
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
