@@ -187,7 +187,7 @@ class Linker:
             start = SpanStart(sender.group, new_span_id(), sender.span_id, kind, pid, tid, MESSAGE)
         else:
             start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid, MESSAGE)
-        start.links.append(sender)
+        start.links = [sender]
         return start
 
     def _remember_message(self, message: tuple, start: SpanStart) -> None:

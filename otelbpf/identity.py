@@ -75,7 +75,8 @@ class SpanStart:
     start_ns: int = 0
     #: Spans this one is linked to (not parented by): a received message's
     #: sending span (otelbpf.association, rule ``message``).
-    links: list["SpanStart"] = field(default_factory=list)
+    #: A shared empty tuple until one is added (no allocation per span).
+    links: "tuple[SpanStart, ...] | list[SpanStart]" = ()
     #: The finished span, once built (a deferred decision may still amend it).
     span: SpanRecord | None = field(default=None, repr=False)
 
