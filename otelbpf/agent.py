@@ -106,6 +106,8 @@ class Agent:
             now = time.monotonic()
             if now >= next_kernel_sync:
                 self._sync_kernel_counters()
+                for notice in self.pipeline.registry.notices():  # e.g. DDS data on shared memory
+                    log.warning("otelbpf: %s", notice)
                 next_kernel_sync = now + 1.0
             if next_stats is not None and now >= next_stats:
                 log.info("otelbpf: stats %s", json.dumps(self.stats()))

@@ -20,7 +20,14 @@ their parent ends can point at it. The rules, in order of precedence
    request that is still being served: that request's SERVER span is the
    parent (thread-per-request servers, gunicorn sync workers, thread pools
    whose worker reads its own request).
-5. **Process** (``process``), CLIENT spans from a thread that serves no
+5. **Message** (``message``), CONSUMER/SERVER spans of a protocol whose
+   exchanges name their message agent-wide (``message_key``: RTPS writer
+   GUID + sequence number): the span is *linked* to the span of the
+   message's sending, whichever sockets carried it (one sample may have many
+   readers), and also its child when the exchange says it has exactly one
+   reader (``sole_reader``). The sending span stays findable after it ended
+   (bounded, oldest out first), and every reader may claim it.
+6. **Process** (``process``), CLIENT spans from a thread that serves no
    request itself (hand-off to a worker pool): when exactly one request is
    being served in the whole process, it is the parent. Threads seen calling
    out while no request was open are background threads and never linked
@@ -47,11 +54,14 @@ CONNECTION = "connection"
 TASK = "task"
 THREAD = "thread"
 PROCESS = "process"
+MESSAGE = "message"
 AMBIGUOUS = "ambiguous"
 
 MAX_BACKGROUND_THREADS = 4096
 MAX_PENDING_CLIENTS = 65536
 MAX_TASK_DECISIONS = 65536
+#: Sent messages remembered for their readers (message rule), oldest out first.
+MAX_SENT_MESSAGES = 65536
 #: A task's call is given up on this long after it completed with no
 #: response written by its task (the handler normally answers right away).
 TASK_DECISION_TIMEOUT_NS = 10_000_000_000
@@ -111,6 +121,8 @@ class Linker:
         #: id(SpanStart) of undecided task calls -> when their exchange
         #: completed (0 while it is still running).
         self._task_call_done: dict[int, int] = {}
+        #: Sending spans of messages, by the exchange's ``message_key``.
+        self._sent_messages: OrderedDict[tuple, SpanStart] = OrderedDict()
 
     # -- starts -----------------------------------------------------------------
 
@@ -118,9 +130,12 @@ class Linker:
         """Identity and parent of the span of ``exchange`` (an ``Exchange`` of
         protocols/base.py), which started at ``ts_ns`` on ``conn``."""
         remote = extract_parent(exchange.carrier())
-        pair = self._pair(conn, exchange, kind)
+        message = getattr(exchange, "message_key", None)
+        pair = self._pair(conn, exchange, kind) if message is None else None
         receiving = kind in _RECEIVING
-        if remote is not None:
+        if message is not None and receiving and remote is None:
+            start = self._receive_message(message, exchange.sole_reader, kind, pid, tid)
+        elif remote is not None:
             start = SpanStart(TraceGroup(remote.trace_id, remote.trace_state), new_span_id(), remote.span_id, kind, pid, tid, PROPAGATED)
             if receiving:
                 self._claim_client(pair)  # consume the pair so it cannot match a later request
@@ -132,6 +147,8 @@ class Linker:
         start.task_id = task_id
         if receiving:
             self._open_window(start)
+        elif message is not None:
+            self._remember_message(message, start)
         elif kind in _SENDING:
             self._remember_client(pair, start)
         return start
@@ -160,6 +177,25 @@ class Linker:
         if client is not None:
             return SpanStart(client.group, new_span_id(), client.span_id, kind, pid, tid, CONNECTION)
         return SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+
+    def _receive_message(self, message: tuple, sole_reader: bool, kind: SpanKind, pid: int, tid: int) -> SpanStart:
+        """A received message: linked to its sending span, and its child if it has one reader."""
+        sender = self._sent_messages.get(message)
+        if sender is None:
+            return SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+        if sole_reader:
+            start = SpanStart(sender.group, new_span_id(), sender.span_id, kind, pid, tid, MESSAGE)
+        else:
+            start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid, MESSAGE)
+        start.links = [sender]
+        return start
+
+    def _remember_message(self, message: tuple, start: SpanStart) -> None:
+        sent = self._sent_messages
+        sent[message] = start
+        if len(sent) > MAX_SENT_MESSAGES:
+            sent.popitem(last=False)
+            self.counters.add("otelbpf.association.messages_evicted")
 
     def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int) -> SpanStart:
         if task_id and self._task_decisions < MAX_TASK_DECISIONS:

@@ -180,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--otlp-endpoint", metavar="URL", help="also send OTLP here")
     demo.add_argument("--otlp-protocol", choices=OTLP_TRANSPORTS)
     demo.add_argument("--metrics-json-file", metavar="PATH", help="also write the metrics as OTLP JSON lines here")
+    demo.add_argument("--dds", action="store_true", help="also run a camera -> detector -> planner DDS pipeline (needs cyclonedds)")
     return parser
 
 

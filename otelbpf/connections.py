@@ -396,6 +396,8 @@ class ConnectionTable:
 
     def _start_session(self, conn: Connection, detector: Detector, request_direction: Direction) -> None:
         conn.session = detector.new_session(request_direction)
+        if hasattr(conn.session, "pid"):  # a session that reports per process (protocols/rtps: DataWatch)
+            conn.session.pid = conn.pid
         buffered, conn._probe_events = conn._probe_events, []
         for event in buffered:
             out = conn.session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))

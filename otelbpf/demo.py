@@ -6,7 +6,9 @@ through the gateway with curl, then runs the example gRPC service
 (examples/grpc_service.py) with its client (one call of each kind and an
 error), then asks the OpenAI-compatible mock model server
 (examples/openai_mock_server.py, 80 ms to the first token) for streamed and
-plain chat completions and embeddings with curl, then prints the trace trees
+plain chat completions and embeddings with curl (and with ``--dds``, the
+examples/dds_pipeline.py camera -> detector -> planner chain over Cyclone DDS,
+traced with UDP capture), then prints the trace trees
 (LLM calls with their time to first chunk and token counts) and writes the
 OTLP JSON file. The same code path as `otelbpf run`.
 """
@@ -95,6 +97,22 @@ def demo_prerequisites() -> str | None:
     return None
 
 
+def start_dds_pipeline() -> subprocess.Popen:
+    """examples/dds_pipeline.py camera -> detector -> planner (Cyclone DDS on UDP),
+    under a launcher shell that starts them once told (``go``): the agent traces the
+    launcher's children from their first datagram, discovery included."""
+    role = f"{sys.executable} {EXAMPLES / 'dds_pipeline.py'}"
+    script = (
+        f"read go; {role} planner --seconds 6 >/dev/null & {role} detector --seconds 6 >/dev/null & "
+        f"sleep 1; {role} camera --frames 3 --rate 5 --quiet >/dev/null; wait"
+    )
+    return subprocess.Popen(["bash", "-c", script], stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+
+
+def drive_dds(launcher: subprocess.Popen) -> None:
+    launcher.communicate("go\n", timeout=60)
+
+
 def run_demo(args) -> int:
     from otelbpf.agent import Agent, live_pipeline
     from otelbpf.resources import ProcessResources
@@ -127,8 +145,9 @@ def run_demo(args) -> int:
     counters = Counters()
     resources = ProcessResources()
     consumer, _metrics = build_consumer(args, resources, counters)
-    pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid, llm_server.pid]
-    source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"]))
+    dds = start_dds_pipeline() if getattr(args, "dds", False) else None
+    pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid, llm_server.pid] + ([dds.pid] if dds is not None else [])
+    source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"], capture_udp=dds is not None))
     pipeline = live_pipeline(source, consumer, resources, counters)
     agent = Agent(source, pipeline, consumer, counters)
     try:
@@ -146,6 +165,9 @@ def run_demo(args) -> int:
             calls, _ = grpc_client.communicate("go\n", timeout=60)
             print(f"demo: gRPC calls {' '.join(line.split(maxsplit=1)[1] for line in calls.splitlines())}")
             print(f"demo: LLM calls (streamed chat, chat, embeddings) statuses {' '.join(drive_llm(llm_port))}")
+            if dds is not None:
+                drive_dds(dds)
+                print("demo: camera -> detector -> planner sent 3 frames over DDS (rt/camera/image, rt/detector/objects)")
             time.sleep(0.5)
         finally:
             # The agent thread reads the source: stop it before the source closes.
@@ -155,9 +177,10 @@ def run_demo(args) -> int:
         source.close()
         if grpc_client.poll() is None:
             grpc_client.kill()
-        for proc in (gateway, backend, grpc_server, llm_server):
-            proc.terminate()
-            proc.wait(timeout=5)
+        for proc in (gateway, backend, grpc_server, llm_server, dds):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=5)
     stats = agent.stats()
     print(f"demo: {stats.get('otelbpf.spans.created', 0)} spans; OTLP JSON written to {args.json_file}")
     print(f"demo: self-metrics {json.dumps(stats)}")

@@ -431,13 +431,41 @@ def check_kernel_headers() -> Check:
     )
 
 
+#: Shared-memory segments of DDS transports in /dev/shm, by name prefix.
+DDS_SHM_PREFIXES = {
+    "fastrtps_": "Fast DDS shared-memory transport",
+    "fast_datasharing_": "Fast DDS data sharing",
+    "iceoryx_": "iceoryx (Cyclone DDS shared memory)",
+    "iox_": "iceoryx (Cyclone DDS shared memory)",
+}
+
+
+def check_dds_shared_memory(shm_dir: str = "/dev/shm") -> Check:
+    """DDS samples that move through shared memory never cross a socket: say
+    so before the user wonders where their ROS 2 topics went (docs/ros2-dds.md)."""
+    try:
+        names = os.listdir(shm_dir)
+    except OSError:
+        return Check("dds shared memory", INFO, f"{shm_dir} not readable")
+    found = sorted({label for name in names for prefix, label in DDS_SHM_PREFIXES.items() if name.startswith(prefix)})
+    if not found:
+        return Check("dds shared memory", OK, "no DDS shared-memory segments: DDS samples cross sockets (trace with --udp)")
+    return Check(
+        "dds shared memory",
+        WARN,
+        f"in use on this host: {', '.join(found)}; samples between local processes bypass sockets and are not traced",
+        "configure DDS for UDP transport (docs/ros2-dds.md)",
+    )
+
+
 def run_checks() -> list[Check]:
     checks = [check_kernel(), check_privileges(), check_btf(), ensure_tracefs()]
     if checks[-1].status != FAIL:
         checks += check_tracepoints()
         checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
         checks += check_tls()
-    checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers(), check_process_identity()]
+    checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers()]
+    checks += [check_process_identity(), check_dds_shared_memory()]
     return checks
 
 

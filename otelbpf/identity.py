@@ -73,6 +73,10 @@ class SpanStart:
     #: asyncio task (coroutine) that started the request, 0 if none.
     task_id: int = 0
     start_ns: int = 0
+    #: Spans this one is linked to (not parented by): a received message's
+    #: sending span (otelbpf.association, rule ``message``).
+    #: A shared empty tuple until one is added (no allocation per span).
+    links: "tuple[SpanStart, ...] | list[SpanStart]" = ()
     #: The finished span, once built (a deferred decision may still amend it).
     span: SpanRecord | None = field(default=None, repr=False)
 

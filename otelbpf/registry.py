@@ -63,6 +63,15 @@ class Registry:
             if transport is None or entry.detector.transports & transport
         ]
 
+    def notices(self) -> list[str]:
+        """Lines for the agent's log from detectors that have some (``take_notices``), each once."""
+        out: list[str] = []
+        for entry in self._protocols.values():
+            take = getattr(entry.detector, "take_notices", None)
+            if take is not None:
+                out += take()
+        return out
+
     def semantics(self, protocol: str) -> SpanSemantics | None:
         entry = self._protocols.get(protocol)
         return entry.semantics if entry is not None else None
@@ -80,10 +89,13 @@ def default_registry() -> Registry:
     from otelbpf.metrics import genai as genai_metrics
     from otelbpf.metrics import http1 as http1_metrics
     from otelbpf.metrics import http2 as http2_metrics
+    from otelbpf.metrics import rtps as rtps_metrics
     from otelbpf.semantics import http1 as http1_semantics
     from otelbpf.semantics import http2 as http2_semantics
+    from otelbpf.semantics import rtps as rtps_semantics
     from protocols.http1 import Http1Detector
     from protocols.http2 import Http2Detector
+    from protocols.rtps import RtpsDetector
 
     registry = Registry()
     # Semantics per registry: a pipeline may attach its GenAI layer to HTTP/1's and
@@ -94,6 +106,7 @@ def default_registry() -> Registry:
         Http2Detector(), http2_semantics.Http2Semantics(), http2_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS
     )
     registry.register(Http1Detector(), http1_semantics.Http1Semantics(), http1_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS)
+    registry.register(RtpsDetector(), rtps_semantics.SEMANTICS, rtps_metrics.INSTRUMENTS)
     return registry
 
 

@@ -36,6 +36,7 @@ DESCRIPTIONS: dict[str, str] = {
     "otelbpf.export.failures": "failed export attempts (retried while the queue allows)",
     "otelbpf.association.ambiguous": "spans left without a parent because the evidence was ambiguous",
     "otelbpf.association.pending_evicted": "client spans not offered for connection pairing (too many waiting)",
+    "otelbpf.association.messages_evicted": "sent messages (DDS samples) forgotten before their readers linked to them (bound)",
 }
 
 

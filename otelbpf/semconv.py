@@ -149,6 +149,55 @@ GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN_BOUNDARIES: tuple[float, ...] = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5,
 )  # fmt: skip
 
+# --- messaging (docs/messaging/messaging-spans.md, messaging-metrics.md) ---------------
+MESSAGING_SYSTEM = "messaging.system"
+MESSAGING_DESTINATION_NAME = "messaging.destination.name"
+MESSAGING_OPERATION_TYPE = "messaging.operation.type"
+MESSAGING_OPERATION_NAME = "messaging.operation.name"
+MESSAGING_MESSAGE_ID = "messaging.message.id"
+MESSAGING_MESSAGE_BODY_SIZE = "messaging.message.body.size"
+MESSAGING_CLIENT_ID = "messaging.client.id"
+#: operation types (messaging.operation.type well-known values)
+MESSAGING_OPERATION_SEND = "send"
+MESSAGING_OPERATION_RECEIVE = "receive"
+#: messaging.system for RTPS: no well-known value exists; "dds" names the
+#: system on the wire whatever the application (ROS 2 is one DDS user, seen
+#: from its ``rt/``/``rq/``/``rr/`` topic names; docs/ros2-dds.md).
+MESSAGING_SYSTEM_DDS = "dds"
+MESSAGING_CLIENT_SENT_MESSAGES = "messaging.client.sent.messages"
+MESSAGING_CLIENT_CONSUMED_MESSAGES = "messaging.client.consumed.messages"
+RPC_SYSTEM = "rpc.system"
+RPC_SERVICE = "rpc.service"
+
+# --- DDS / ROS 2: otelbpf's own (no convention exists) ----------------------------------------
+#: the DDS type name of the topic (``sensor_msgs::msg::dds_::Image_``)
+OTELBPF_DDS_TYPE_NAME = "otelbpf.dds.type_name"
+#: the writer's GUID (always, so a sample is findable while its topic is unknown)
+OTELBPF_DDS_WRITER_GUID = "otelbpf.dds.writer.guid"
+OTELBPF_DDS_SEQUENCE = "otelbpf.dds.sequence_number"
+#: the topic was not announced by discovery yet (the span then names no destination)
+OTELBPF_DDS_TOPIC_UNKNOWN = "otelbpf.dds.topic.unknown"
+#: the sample was split into DATA_FRAG submessages and reassembled
+OTELBPF_DDS_FRAGMENTED = "otelbpf.dds.fragmented"
+#: samples of this writer lost (sequence gaps never filled) just before this one
+OTELBPF_DDS_LOST_BEFORE = "otelbpf.dds.lost_before"
+#: the ROS 2 topic or service name: the DDS topic without ``rt/``/``rq/``/``rr/`` (and Request/Reply)
+OTELBPF_ROS2_TOPIC = "otelbpf.ros2.topic"
+OTELBPF_ROS2_SERVICE = "otelbpf.ros2.service"
+#: DDS metrics (otelbpf/metrics/rtps.py)
+OTELBPF_DDS_MESSAGE_SIZE = "otelbpf.dds.message.size"
+OTELBPF_DDS_LATENCY = "otelbpf.dds.latency"
+#: span attribute: seconds from the writer's source timestamp (INFO_TS) to this receive
+OTELBPF_DDS_SOURCE_LATENCY = "otelbpf.dds.source_latency"
+OTELBPF_DDS_LOST_SAMPLES = "otelbpf.dds.lost_samples"
+DDS_SIZE_BOUNDARIES: tuple[float, ...] = (
+    64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216,
+)  # fmt: skip
+DDS_LATENCY_BOUNDARIES: tuple[float, ...] = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+)  # fmt: skip
+DDS_LOST_BOUNDARIES: tuple[float, ...] = (1, 2, 4, 8, 16, 64, 256, 1024)
+
 # --- metrics in general -------------------------------------------------------------------
 OTEL_METRIC_OVERFLOW = "otel.metric.overflow"
 

@@ -204,3 +204,34 @@ def test_a_library_call_is_placed_by_the_thread_and_time_rules():
     assert call.kind == SpanKind.INTERNAL and call.parent_span_id == server.span_id
     link.end(server, 200)
     assert link.start_call(pid=1, tid=11, ts_ns=210).parent_span_id == b""
+
+
+@dataclass
+class Message:
+    """An exchange naming its message agent-wide (an RTPS sample: writer GUID + sequence number)."""
+
+    message_key: tuple
+    sole_reader: bool = True
+    correlation_key: object = None
+
+    def carrier(self) -> list:
+        return []
+
+
+def test_message_rule_links_every_reader_and_parents_only_a_sole_reader():
+    link = linker()
+    sent = link.start(OUTBOUND, Message(("rtps", b"w", 1)), SpanKind.PRODUCER, pid=1, tid=11, ts_ns=100)
+    link.end(sent, 100)  # the sending span has ended before anyone received it
+    # other sockets than the sender's: the message key alone pairs them
+    only = link.start(INBOUND, Message(("rtps", b"w", 1)), SpanKind.CONSUMER, pid=2, tid=21, ts_ns=101)
+    assert only.parent_span_id == sent.span_id and only.trace_id == sent.trace_id
+    assert only.links == [sent] and only.association == "message"
+    # a second reader of the same sample may claim it too
+    many = link.start(BACKEND_SIDE, Message(("rtps", b"w", 1), sole_reader=False), SpanKind.CONSUMER, pid=3, tid=31, ts_ns=102)
+    assert many.links == [sent] and many.parent_span_id == b"" and many.trace_id != sent.trace_id
+    # a message never seen sent is a root with no link
+    stray = link.start(INBOUND, Message(("rtps", b"w", 2)), SpanKind.CONSUMER, pid=2, tid=22, ts_ns=103)
+    assert not stray.links and stray.parent_span_id == b"" and stray.association == ""
+    # the receiving span opens a window: the callback's next publish is its child
+    republished = link.start(OUTBOUND, Message(("rtps", b"v", 1)), SpanKind.PRODUCER, pid=2, tid=21, ts_ns=104)
+    assert republished.parent_span_id == only.span_id and republished.association == "thread"

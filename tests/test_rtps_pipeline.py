@@ -1,0 +1,96 @@
+"""RTPS through the pipeline: datagram events in, messaging spans and DDS metrics out."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from otelbpf.events import DatagramEvent
+from otelbpf.metrics.histograms import SpanMetrics
+from otelbpf.model import SpanKind
+from otelbpf.pipeline import Pipeline
+from otelbpf.registry import default_registry
+from otelbpf.resources import ProcessResources
+from otelbpf.selfmetrics import Counters
+from protocols.base import Direction
+from protocols.rtps.tests import build
+
+A, B, W = build.PREFIX_A, build.PREFIX_B, build.USER_WRITER
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.spans = []
+
+    def on_end(self, span) -> None:
+        self.spans.append(span)
+
+
+def datagram(pid, fd, direction, data, ts, peer_port):
+    return DatagramEvent(ts, pid, pid, fd, pid * 100 + fd, direction, len(data), data, "127.0.0.1", peer_port, socket.AF_INET)
+
+
+def run(events):
+    collected = Collect()
+    pipeline = Pipeline(collected, ProcessResources(describe=lambda pid, comm: {}), Counters(), registry=default_registry())
+    pipeline.handle(events)
+    pipeline.finish()
+    return collected.spans
+
+
+def test_sent_and_received_samples_are_linked_messaging_spans():
+    announce = build.announce_writer(A, W, "rt/chatter", "std_msgs::msg::dds_::String_")
+    reader = build.announce_reader(B, build.USER_READER, "rt/chatter")
+    sample = build.sample(A, W, 1, size=10, ts_ns=900)
+    spans = run([
+        datagram(1, 3, Direction.EGRESS, announce, 1000, 7411),
+        datagram(2, 3, Direction.INGRESS, announce, 1001, 7410),
+        datagram(2, 3, Direction.EGRESS, reader, 1002, 7410),
+        datagram(1, 3, Direction.INGRESS, reader, 1003, 7411),
+        datagram(1, 3, Direction.EGRESS, sample, 2000, 7411),
+        datagram(2, 3, Direction.INGRESS, sample, 2100, 7410),
+    ])  # fmt: skip
+    [sent] = [s for s in spans if s.kind == SpanKind.PRODUCER]
+    [got] = [s for s in spans if s.kind == SpanKind.CONSUMER]
+    assert (sent.name, got.name) == ("send rt/chatter", "receive rt/chatter")
+    assert got.parent_span_id == sent.span_id and [link.span_id for link in got.links] == [sent.span_id]
+    assert got.attributes["messaging.message.id"] == sent.attributes["messaging.message.id"] == (
+        "0110aaaa.00000000.0000000a.00000103:1"
+    )
+    assert got.attributes["otelbpf.ros2.topic"] == "/chatter"
+    assert got.attributes["otelbpf.dds.type_name"] == "std_msgs::msg::dds_::String_"
+    assert got.attributes["otelbpf.dds.source_latency"] == 1200 / 1e9
+    assert got.attributes["messaging.message.body.size"] == 14
+    assert "otelbpf.dds.source_latency" not in sent.attributes
+
+
+def test_unknown_topic_is_said_and_the_writer_named():
+    spans = run([datagram(2, 3, Direction.INGRESS, build.sample(A, W, 1), 10, 7410)])
+    [span] = spans
+    assert span.name == "receive (unknown topic)"
+    assert span.attributes["otelbpf.dds.topic.unknown"] is True
+    assert span.attributes["otelbpf.dds.writer.guid"] == "0110aaaa.00000000.0000000a.00000103"
+    assert "messaging.destination.name" not in span.attributes
+
+
+def test_metrics_count_samples_bytes_and_lost_samples_per_topic():
+    registry = default_registry()
+    metrics = SpanMetrics(ProcessResources(describe=lambda pid, comm: {}), registry.instruments())
+    announce = build.announce_writer(A, W, "rt/scan")
+    events = [datagram(2, 3, Direction.INGRESS, announce, 1, 7410)]
+    for ts, seq in enumerate([1, 2, 5, 6], start=2):
+        events.append(datagram(2, 3, Direction.INGRESS, build.sample(A, W, seq, size=96), ts, 7410))
+    events.append(datagram(2, 3, Direction.INGRESS, build.header(A) + build.heartbeat(W, 5, 6), 10, 7410))
+    events.append(datagram(2, 3, Direction.INGRESS, build.sample(A, W, 7, size=96), 11, 7410))
+    for span in run(events):
+        metrics.record(span)
+    points = {
+        (instrument.name, tuple(sorted(point.attributes.items()))): (point.count, point.sum)
+        for process in metrics.collect().processes
+        for instrument, process_points in process.histograms
+        for point in process_points
+    }
+    key = (("messaging.destination.name", "rt/scan"), ("messaging.operation.type", "receive"), ("messaging.system", "dds"))
+    assert points[("otelbpf.dds.message.size", key)] == (5, 500.0)
+    assert points[("otelbpf.dds.lost_samples", key)] == (1, 2.0)  # 3 and 4, declared lost by the heartbeat
+
