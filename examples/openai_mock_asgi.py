@@ -8,7 +8,10 @@ sees a socket: the tests use it to check that the agent attributes that
 plaintext to the right connection.
 
 Each SSE event is one ``send`` of the streaming response (one TLS record).
-Prints "listening on PORT" once ready.
+With ``--server hypercorn`` the same app is served by Hypercorn instead, which
+also speaks HTTP/2 in cleartext (prior knowledge, as gRPC-style clients and
+``httpx.Client(http1=False, http2=True)`` use it): the tests use that for LLM
+calls over HTTP/2. Prints "listening on PORT" once ready.
 """
 
 from __future__ import annotations
@@ -108,12 +111,30 @@ async def serve(args) -> None:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
+    if args.server == "hypercorn":
+        await serve_hypercorn(sock)
+        return
     config = uvicorn.Config(
         app, log_level="warning", access_log=False, ssl_keyfile=args.ssl_keyfile, ssl_certfile=args.ssl_certfile
     )
     server = uvicorn.Server(config)
     print(f"listening on {sock.getsockname()[1]}", flush=True)
     await server.serve(sockets=[sock])
+
+
+async def serve_hypercorn(sock: socket.socket) -> None:
+    """HTTP/1.1 and cleartext HTTP/2 (h2c prior knowledge or Upgrade) on ``sock``."""
+    from hypercorn.asyncio import serve as hypercorn_serve
+    from hypercorn.config import Config
+
+    sock.listen(128)
+    sock.set_inheritable(True)
+    config = Config()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.loglevel = "WARNING"
+    config.accesslog = None
+    print(f"listening on {sock.getsockname()[1]}", flush=True)
+    await hypercorn_serve(app, config)
 
 
 def main() -> None:
@@ -124,6 +145,8 @@ def main() -> None:
     parser.add_argument("--token-delay-ms", type=float, default=0.0, help="wait between tokens")
     parser.add_argument("--ssl-keyfile", help="serve HTTPS with this private key (uvicorn does TLS itself)")
     parser.add_argument("--ssl-certfile", help="... and this certificate")
+    parser.add_argument("--server", choices=("uvicorn", "hypercorn"), default="uvicorn",
+                        help="uvicorn (HTTP/1.1, TLS) or hypercorn (also cleartext HTTP/2)")
     args = parser.parse_args()
     DELAYS["first"], DELAYS["token"] = args.first_token_delay_ms / 1000.0, args.token_delay_ms / 1000.0
     asyncio.run(serve(args))

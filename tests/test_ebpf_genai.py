@@ -184,3 +184,45 @@ def assert_genai_spans_match(out, metrics_out, sent, server_pid, client_pid, sta
     assert {p.get("gen_ai.token.type") for p in names["gen_ai.client.token.usage"]} == {"input", "output"}
     assert stats.get("otelbpf.events.lost", 0) == 0
     assert not any(key.startswith("otelbpf.spans.failed") for key in stats), stats
+
+
+#: The same calls over cleartext HTTP/2 (prior knowledge): httpx as the SDK's transport.
+CLIENT_SCRIPT_H2 = CLIENT_SCRIPT.replace("from openai import OpenAI", "import httpx\nfrom openai import OpenAI").replace(
+    "max_retries=0, timeout=60)", "max_retries=0, timeout=60,\n                http_client=httpx.Client(http1=False, http2=True, timeout=60))"
+)
+
+
+def test_openai_sdk_over_http2_gives_the_same_genai_spans(services, agent, tmp_path):
+    """LLM calls on HTTP/2 streams (Hypercorn serving the mock, httpx speaking h2c):
+    the same GenAI spans, TTFT and metrics on both sides as over HTTP/1.1."""
+    assert "http2=True" in CLIENT_SCRIPT_H2
+    server = services(
+        [str(EXAMPLES / "openai_mock_asgi.py"), "--server", "hypercorn", "--port", "0",
+         "--first-token-delay-ms", str(FIRST_TOKEN_DELAY_MS), "--token-delay-ms", str(TOKEN_DELAY_MS)]
+    )  # fmt: skip
+    script = tmp_path / "openai_client_h2.py"
+    script.write_text(CLIENT_SCRIPT_H2)
+    client = subprocess.Popen(
+        [sys.executable, str(script), str(server.port)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert client.stdout.readline().strip() == "ready"
+        out, metrics_out = tmp_path / "spans.json", tmp_path / "metrics.json"
+        run = agent(
+            ["--pid", str(server.pid), "--pid", str(client.pid), "--capture-bytes", "8192",
+             "--json-file", str(out), "--metrics-json-file", str(metrics_out)]
+        )  # fmt: skip
+        client.stdin.write("go\n")
+        client.stdin.flush()
+        stdout, stderr = client.communicate(timeout=120)
+    finally:
+        if client.poll() is None:
+            client.kill()
+    assert client.returncode == 0, stderr
+    sent = json.loads(stdout.strip().splitlines()[-1])
+    assert run.stop() == 0, run.output
+    assert_genai_spans_match(out, metrics_out, sent, server.pid, client.pid, run.stats())
+    for s in spans_in_file(out):
+        if "gen_ai.operation.name" in s.attributes:
+            assert s.attributes["network.protocol.version"] == "2", s.name
