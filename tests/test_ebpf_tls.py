@@ -52,7 +52,8 @@ def free_port() -> int:
 
 @pytest.fixture
 def nginx_https(tmp_path, certificate):
-    """nginx serving HTTPS on 127.0.0.1 (master + one worker): (master pid, port)."""
+    """nginx serving HTTPS on 127.0.0.1 (master + one worker), HTTP/1.1 or HTTP/2 by
+    ALPN: (master pid, port)."""
     cert, key = certificate
     port = free_port()
     conf = tmp_path / "nginx.conf"
@@ -71,7 +72,7 @@ def nginx_https(tmp_path, certificate):
               client_body_temp_path {temp}/body; proxy_temp_path {temp}/proxy; fastcgi_temp_path {temp}/fcgi;
               uwsgi_temp_path {temp}/uwsgi; scgi_temp_path {temp}/scgi;
               server {{
-                listen 127.0.0.1:{port} ssl;
+                listen 127.0.0.1:{port} ssl http2;
                 ssl_certificate {cert};
                 ssl_certificate_key {key};
                 location / {{ return 200 "hello over tls\\n"; }}
@@ -115,8 +116,9 @@ def test_curl_to_nginx_over_https_gives_spans_on_both_sides(nginx_https, certifi
     assert "TLS: pid %d: plaintext of " % nginx_pid in run.output  # the start-up log says what covers it
     base = f"https://127.0.0.1:{port}"
     # curl starts after the agent: the host libssl was probed once, for every process
-    subprocess.run(["curl", "-sf", "--cacert", str(cert), "-o", "/dev/null", f"{base}/items/42"], check=True)
-    subprocess.run(["curl", "-s", "--cacert", str(cert), "-o", "/dev/null", "-X", "POST", "-d", "abc", f"{base}/teapot"], check=True)
+    curl = ["curl", "--http1.1", "--cacert", str(cert), "-o", "/dev/null"]
+    subprocess.run([*curl, "-sf", f"{base}/items/42"], check=True)
+    subprocess.run([*curl, "-s", "-X", "POST", "-d", "abc", f"{base}/teapot"], check=True)
     assert run.stop() == 0
     spans = [s for s in spans_in_file(out) if s.span.kind == SERVER or f":{port}/" in s.attributes.get("url.full", "")]
     by_side = {(s.span.kind, s.attributes.get("http.request.method")): s for s in spans}
@@ -141,6 +143,28 @@ def test_curl_to_nginx_over_https_gives_spans_on_both_sides(nginx_https, certifi
     assert stats.get("otelbpf.parse.errors", 0) == 0, stats
     assert not any(key.startswith("otelbpf.protocol.violations") for key in stats), stats
     assert stats["otelbpf.tls.connections"] >= 4
+
+
+def test_curl_to_nginx_over_https_with_http2_gives_http2_spans(nginx_https, certificate, agent, tmp_path):
+    """HTTP/2 over TLS (ALPN h2): the plaintext the SSL probes see is parsed as HTTP/2."""
+    nginx_pid, port = nginx_https
+    cert, _ = certificate
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(nginx_pid), "--comm", "curl", "--json-file", str(out)])
+    base = f"https://127.0.0.1:{port}"
+    subprocess.run(["curl", "-sf", "--http2", "--cacert", str(cert), "-o", "/dev/null", f"{base}/items/42"], check=True)
+    assert run.stop() == 0
+    spans = [s for s in spans_in_file(out) if s.attributes.get("network.protocol.version") == "2"]
+    by_kind = {s.span.kind: s for s in spans}
+    assert set(by_kind) == {SERVER, CLIENT} and len(spans) == 2, [(s.name, s.span.kind) for s in spans_in_file(out)]
+    server, client = by_kind[SERVER], by_kind[CLIENT]
+    assert server.name == "GET /items/{id}" and server.resource["process.executable.name"] == "nginx"
+    assert server.attributes["url.scheme"] == "https" and server.attributes["http.response.status_code"] == 200
+    assert client.attributes["url.full"] == f"{base}/items/42" and client.attributes["http.response.status_code"] == 200
+    assert server.span.parent_span_id == client.span.span_id
+    stats = run.stats()
+    assert stats.get("otelbpf.parse.errors", 0) == 0, stats
+    assert not any(key.startswith("otelbpf.protocol.violations") for key in stats), stats
 
 
 REQUESTS_CLIENT = textwrap.dedent(
