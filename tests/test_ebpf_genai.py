@@ -25,6 +25,8 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from conftest import EXAMPLES
@@ -86,23 +88,28 @@ def metric_names(path) -> dict[str, list[dict]]:
     return names
 
 
-def test_openai_sdk_against_the_mock_server_gives_genai_spans_on_both_sides(services, agent, tmp_path):
-    server = services(
-        [str(EXAMPLES / "openai_mock_server.py"), "--port", "0",
-         "--first-token-delay-ms", str(FIRST_TOKEN_DELAY_MS), "--token-delay-ms", str(TOKEN_DELAY_MS)]
-    )  # fmt: skip
+class OpenAiRun(NamedTuple):
+    out: Path  # spans, OTLP JSON lines
+    metrics_out: Path
+    sent: dict  # what the SDK received, per call
+    run: object  # the stopped AgentProcess
+    client_pid: int
+
+
+def run_openai_client(agent, tmp_path, server, script_text: str, *script_args: str) -> OpenAiRun:
+    """Start ``script_text`` (a CLIENT_SCRIPT variant) against ``server``, attach the agent to
+    both, let the client make its calls, stop the agent. 8 KiB per syscall: a read that gathers several 1 KiB
+    events of the 300 KB stream (5 ms apart) is still copied whole unless the SDK falls
+    35 ms behind."""
     script = tmp_path / "openai_client.py"
-    script.write_text(CLIENT_SCRIPT)
+    script.write_text(script_text)
     client = subprocess.Popen(
-        [sys.executable, str(script), str(server.port)],
+        [sys.executable, str(script), str(server.port), *script_args],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    out, metrics_out = tmp_path / "spans.json", tmp_path / "metrics.json"
     try:
-        assert client.stdout.readline().strip() == "ready"
-        out, metrics_out = tmp_path / "spans.json", tmp_path / "metrics.json"
-        # 8 KiB per syscall: a read that gathers several 1 KiB events of the 300 KB stream (5 ms
-        # apart) is still copied whole unless the SDK falls 35 ms behind. (At 16 KiB and above the
-        # agent cannot load today: its per-CPU datagram scratch record exceeds the 32 KiB limit.)
+        assert client.stdout.readline().strip() == "ready", client.stderr.read()
         run = agent(
             ["--pid", str(server.pid), "--pid", str(client.pid), "--capture-bytes", "8192",
              "--json-file", str(out), "--metrics-json-file", str(metrics_out)]
@@ -116,7 +123,16 @@ def test_openai_sdk_against_the_mock_server_gives_genai_spans_on_both_sides(serv
     assert client.returncode == 0, stderr
     sent = json.loads(stdout.strip().splitlines()[-1])
     assert run.stop() == 0, run.output
-    assert_genai_spans_match(out, metrics_out, sent, server.pid, client.pid, run.stats())
+    return OpenAiRun(out, metrics_out, sent, run, client.pid)
+
+
+def test_openai_sdk_against_the_mock_server_gives_genai_spans_on_both_sides(services, agent, tmp_path):
+    server = services(
+        [str(EXAMPLES / "openai_mock_server.py"), "--port", "0",
+         "--first-token-delay-ms", str(FIRST_TOKEN_DELAY_MS), "--token-delay-ms", str(TOKEN_DELAY_MS)]
+    )  # fmt: skip
+    out, metrics_out, sent, run, client_pid = run_openai_client(agent, tmp_path, server, CLIENT_SCRIPT)
+    assert_genai_spans_match(out, metrics_out, sent, server.pid, client_pid, run.stats())
 
 
 def assert_genai_spans_match(out, metrics_out, sent, server_pid, client_pid, stats) -> None:
@@ -201,29 +217,8 @@ def test_openai_sdk_over_http2_gives_the_same_genai_spans(services, agent, tmp_p
         [str(EXAMPLES / "openai_mock_asgi.py"), "--server", "hypercorn", "--port", "0",
          "--first-token-delay-ms", str(FIRST_TOKEN_DELAY_MS), "--token-delay-ms", str(TOKEN_DELAY_MS)]
     )  # fmt: skip
-    script = tmp_path / "openai_client_h2.py"
-    script.write_text(CLIENT_SCRIPT_H2)
-    client = subprocess.Popen(
-        [sys.executable, str(script), str(server.port)],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert client.stdout.readline().strip() == "ready"
-        out, metrics_out = tmp_path / "spans.json", tmp_path / "metrics.json"
-        run = agent(
-            ["--pid", str(server.pid), "--pid", str(client.pid), "--capture-bytes", "8192",
-             "--json-file", str(out), "--metrics-json-file", str(metrics_out)]
-        )  # fmt: skip
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        stdout, stderr = client.communicate(timeout=120)
-    finally:
-        if client.poll() is None:
-            client.kill()
-    assert client.returncode == 0, stderr
-    sent = json.loads(stdout.strip().splitlines()[-1])
-    assert run.stop() == 0, run.output
-    assert_genai_spans_match(out, metrics_out, sent, server.pid, client.pid, run.stats())
+    out, metrics_out, sent, run, client_pid = run_openai_client(agent, tmp_path, server, CLIENT_SCRIPT_H2)
+    assert_genai_spans_match(out, metrics_out, sent, server.pid, client_pid, run.stats())
     for s in spans_in_file(out):
         if "gen_ai.operation.name" in s.attributes:
             assert s.attributes["network.protocol.version"] == "2", s.name
