@@ -6,10 +6,13 @@ agent's flags, the Collector's endpoint and configuration).
 What validates what: `kubernetes-validate` checks deploy/daemonset.yaml (the
 chart's default rendering) and deploy/collector.yaml, strictly, for the
 oldest and newest Kubernetes versions it knows. The chart's templates are
-Helm (Go) templates: rendering them needs `helm`, which this machine cannot
-install, so here they are checked for consistency with values.yaml and the
-CLI; `make chart-check` runs `helm lint` and `helm template | kubernetes-validate`
-where helm exists.
+Helm (Go) templates and `helm` cannot be installed here: they are rendered with
+Go's own text/template engine by deploy/helm/render/main.go (stand-ins for the
+Sprig functions the chart calls), for the defaults and the other modes, and
+the core-kind results validated the same way; the plain DaemonSet must equal
+the default rendering. They are also checked for consistency with values.yaml
+and the CLI; `make chart-check` runs `helm lint` and
+`helm template | kubernetes-validate` where helm exists.
 """
 
 from __future__ import annotations
@@ -207,3 +210,91 @@ def test_collector_manifest_carries_the_k8s_config_and_rbac():
     assert collector["readinessProbe"]["httpGet"]["port"] == "health"
     assert {"name": "health", "containerPort": 13133, "protocol": "TCP"} in collector["ports"]
     assert shlex.split(collector["args"][0])[0].endswith("/conf/config.yaml")
+
+
+# --- the chart rendered with Go's template engine (deploy/helm/render) -------------------
+
+
+def render_chart(overrides: dict | None = None) -> list[dict]:
+    """The chart's manifests, rendered by deploy/helm/render/main.go with values.yaml
+    (deep-merged with ``overrides``) as `helm template otelbpf -n otelbpf` would."""
+    import shutil
+    import subprocess
+
+    go = shutil.which("go")
+    assert go, "go is needed to render the chart (scripts/install.sh installs golang-go)"
+    merged = values()
+
+    def merge(base: dict, extra: dict) -> None:
+        for key, value in extra.items():
+            if isinstance(value, dict) and isinstance(base.get(key), dict):
+                merge(base[key], value)
+            else:
+                base[key] = value
+
+    merge(merged, overrides or {})
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    data = {
+        "Values": merged,
+        "Chart": {"Name": chart["name"], "Version": chart["version"], "AppVersion": chart.get("appVersion", "")},
+        "Release": {"Name": "otelbpf", "Namespace": "otelbpf", "Service": "Helm"},
+    }
+    result = subprocess.run(
+        [go, "run", str(DEPLOY / "helm" / "render" / "main.go"), str(CHART)],
+        input=json.dumps(data), capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    return [d for d in yaml.safe_load_all(result.stdout) if d]
+
+
+#: Kinds the Kubernetes schemas know; a ServiceMonitor is a Prometheus Operator CRD.
+CORE_KINDS = {"ConfigMap", "DaemonSet", "ServiceAccount", "Service", "Pod"}
+
+RENDER_CASES = {
+    "defaults": {},
+    "capabilities": {"securityMode": "capabilities"},
+    "metrics and ServiceMonitor": {"metrics": {"enabled": True, "serviceMonitor": {"enabled": True}}},
+}
+
+
+@pytest.mark.parametrize("case", sorted(RENDER_CASES))
+def test_the_chart_renders_to_valid_manifests(case):
+    docs = render_chart(RENDER_CASES[case])
+    kinds = {d["kind"] for d in docs}
+    assert {"DaemonSet", "ConfigMap", "ServiceAccount"} <= kinds
+    for doc in docs:
+        if doc["kind"] in CORE_KINDS:
+            kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+    if case == "metrics and ServiceMonitor":
+        assert {"Service", "ServiceMonitor"} <= kinds
+    daemonset = kind(docs, "DaemonSet")
+    agent = daemonset["spec"]["template"]["spec"]["containers"][0]
+    security = agent["securityContext"]
+    if case == "capabilities":
+        assert not security.get("privileged") and "BPF" in security["capabilities"]["add"]
+    else:
+        assert security["privileged"] is True
+
+
+def test_the_plain_daemonset_is_the_charts_default_rendering():
+    """deploy/daemonset.yaml (for kubectl apply) says what the chart's defaults render,
+    but for the chart's own bookkeeping (helm labels, the config checksum)."""
+    rendered = render_chart()
+
+    def comparable(doc: dict) -> dict:
+        doc = json.loads(json.dumps(doc))
+        doc["metadata"].get("labels", {}).pop("helm.sh/chart", None)
+        doc["metadata"].get("labels", {}).pop("app.kubernetes.io/managed-by", None)
+        if doc["kind"] == "DaemonSet":
+            template_meta = doc["spec"]["template"]["metadata"]
+            template_meta.get("annotations", {}).pop("checksum/config", None)
+            if not template_meta.get("annotations", True):
+                del template_meta["annotations"]
+        return doc
+
+    plain = {(d["kind"], d["metadata"]["name"]): comparable(d) for d in documents(DEPLOY / "daemonset.yaml")}
+    for doc in rendered:
+        key = (doc["kind"], doc["metadata"]["name"])
+        if key in plain:
+            assert comparable(doc) == plain[key], key
+    assert ("DaemonSet", "otelbpf") in plain
