@@ -40,7 +40,7 @@ struct tls_call {
     __u64 buf;
     __u64 len_ptr; /* size_t * of SSL_read_ex/SSL_write_ex; 0 for the int forms */
     __u64 entry_ts;
-    __u64 sock_ts; /* first socket I/O of the thread inside the call */
+    __u64 sock_ts; /* first socket I/O of the thread inside the call, in the call's direction */
     __u64 conn_id; /* its connection (0: none inside the call) */
     __s32 fd;
     __u8 direction;
@@ -71,6 +71,10 @@ BPF_TABLE("lru_hash", __u32, struct tls_call, tls_calls, 16384);
 BPF_TABLE("lru_hash", struct ssl_key, struct ssl_conn, ssl_conns, 65536);
 /* tid -> the last stream receive outside a TLS call (memory-BIO reads). */
 BPF_TABLE("lru_hash", __u32, struct thread_io, tls_last_recv, 16384);
+/* connection -> time of its latest receive made inside a TLS call: a later
+ * SSL_read served from OpenSSL's read-ahead (no socket I/O inside) returns
+ * bytes that had arrived by then. */
+BPF_TABLE("lru_hash", __u64, __u64, tls_conn_recv, 65536);
 /* tid -> an SSL object whose write had no connection yet: the next send binds it. */
 BPF_TABLE("lru_hash", __u32, struct ssl_key, tls_write_waiting, 16384);
 BPF_PERCPU_ARRAY(tls_scratch, struct data_record, 1);
@@ -90,8 +94,14 @@ static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u6
         if (!call->conn_id) {
             call->conn_id = conn_id;
             call->fd = io->fd;
-            call->sock_ts = io->ts;
         }
+        /* Only I/O in the call's own direction times it: a TLS 1.3 server's
+         * first SSL_read sends its session tickets before it receives, and a
+         * read stamped with that send would precede the client's write. */
+        if (!call->sock_ts && io->direction == call->direction)
+            call->sock_ts = io->ts;
+        if (io->direction == DIR_INGRESS)
+            tls_conn_recv.update(&conn_id, &io->ts);
         return;
     }
     if (io->direction == DIR_INGRESS) {
@@ -163,8 +173,17 @@ static __always_inline __u64 tls_attribute(__u32 tgid, __u32 tid, struct tls_cal
     struct ssl_conn *bound = ssl_conns.lookup(key);
     if (bound) {
         *fd = bound->fd;
-        if (call->direction == DIR_INGRESS && last && last->conn_id == bound->conn_id && call->entry_ts - last->ts < TLS_RECV_WINDOW_NS)
-            *ts = last->ts;
+        if (call->direction == DIR_INGRESS) {
+            /* the bytes arrived by the connection's latest receive, inside a
+             * TLS call (read-ahead) or outside one (memory BIO, handshake) */
+            __u64 latest = last && last->conn_id == bound->conn_id ? last->ts : 0;
+            __u64 conn_id = bound->conn_id;
+            __u64 *inside = tls_conn_recv.lookup(&conn_id);
+            if (inside && *inside > latest)
+                latest = *inside;
+            if (latest && call->entry_ts - latest < TLS_RECV_WINDOW_NS)
+                *ts = latest;
+        }
         return bound->conn_id;
     }
     if (call->direction == DIR_INGRESS) {
@@ -199,7 +218,8 @@ static __always_inline int tls_return(struct pt_regs *ctx)
     if (conn_id) {
         struct ssl_conn bound = {.conn_id = conn_id, .fd = fd};
         ssl_conns.update(&key, &bound);
-        ts = call.sock_ts;
+        if (call.sock_ts)
+            ts = call.sock_ts;
     } else {
         conn_id = tls_attribute(tgid, tid, &call, &key, &fd, &ts);
     }
