@@ -173,6 +173,13 @@ def test_channel_opened_before_the_agent(services, agent, tmp_path):
             assert attrs["rpc.method"] == "_OTHER" and attrs["otelbpf.rpc.method.source"] == "unknown"
         else:
             assert attrs["rpc.method"] == span.name and attrs["otelbpf.rpc.method.source"] == "header"
-    # A link, where the connection's tuple is known, is to the same call's client span.
+    # The connection predates the agent: its tuple comes from /proc, noted when the agent
+    # started (the server's socket is closed by the time a busy agent decodes its first
+    # event), so both ends carry the address and each call's client and server are linked.
+    port = servers[0].attributes["server.port"]
     for client, server in zip(clients, servers):
-        assert server.span.parent_span_id in (b"", client.span.span_id)
+        assert client.attributes["network.peer.address"] == "127.0.0.1" == server.attributes["network.peer.address"]
+        assert client.attributes["network.peer.port"] == port == client.attributes["server.port"]
+        assert server.attributes["network.peer.port"] == server.attributes["client.port"] != port
+        assert server.span.parent_span_id == client.span.span_id
+        assert server.span.trace_id == client.span.trace_id
