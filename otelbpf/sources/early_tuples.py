@@ -30,13 +30,14 @@ Tuple = tuple[int, str, int, str, int]
 
 
 class EarlyTuples:
-    """(pid, fd) -> (family, local addr, local port, peer addr, peer port)."""
+    """pid -> fd -> (family, local addr, local port, peer addr, peer port)."""
 
     def __init__(self) -> None:
-        self._by_fd: dict[tuple[int, int], Tuple] = {}
+        self._by_pid: dict[int, dict[int, Tuple]] = {}
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._by_fd)
+        return self._count
 
     def snapshot(self, pids: Iterable[int]) -> None:
         """Note the connected TCP sockets of ``pids`` (once per network namespace
@@ -54,15 +55,16 @@ class EarlyTuples:
             for fd, inode in _socket_fds(pid):
                 found = by_inode.get(inode)
                 if found is not None:
-                    if len(self._by_fd) >= MAX_SOCKETS:
+                    if self._count >= MAX_SOCKETS:
                         return
-                    self._by_fd[(pid, fd)] = found
+                    self._by_pid.setdefault(pid, {})[fd] = found
+                    self._count += 1
 
     def fill(self, event: ConnOpen) -> bool:
         """Give a TCP ConnOpen with no tuple the one its socket had at start."""
         if event.family or event.protocol != procfs.IPPROTO_TCP:
             return False
-        found = self._by_fd.get((event.pid, event.fd))
+        found = self._by_pid.get(event.pid, {}).get(event.fd)
         if found is None:
             return False
         event.family, event.local_addr, event.local_port, event.peer_addr, event.peer_port = found
@@ -70,8 +72,7 @@ class EarlyTuples:
 
     def forget(self, pid: int) -> None:
         """The process exited: its fds mean nothing any more."""
-        for key in [key for key in self._by_fd if key[0] == pid]:
-            del self._by_fd[key]
+        self._count -= len(self._by_pid.pop(pid, {}))
 
 
 def _netns(pid: int) -> str | None:
