@@ -161,6 +161,19 @@ def socket_tuple_by_inode(pid: int, inode: int, protocol: int) -> tuple[int, str
     return None
 
 
+def tcp_sockets(pid: int) -> Iterable[tuple[int, tuple[int, str, int, str, int]]]:
+    """(inode, (family, local addr, local port, peer addr, peer port)) of every
+    TCP socket in the process's network namespace."""
+    for name, family in _TABLES[IPPROTO_TCP]:
+        table = _read(f"{PROC}/{pid}/net/{name}", "r")
+        for line in (table or "").splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 9 and cols[9] != "0":
+                local = _parse_hex_address(cols[1], family)
+                peer = _parse_hex_address(cols[2], family)
+                yield int(cols[9]), (family, local[0], local[1], peer[0], peer[1])
+
+
 def fill_tuple_from_proc(event: ConnOpen) -> bool:
     """Complete a ConnOpen whose tuple the kernel did not see (a TCP socket
     older than the agent; any UDP socket, whose local port and, when

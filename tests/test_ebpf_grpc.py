@@ -101,25 +101,20 @@ def test_every_call_kind_and_an_error_give_one_span_per_side(services, agent, tm
     methods = [f"{SERVICE}/{m}" for m in ("Predict", "StreamTokens", "Upload", "Chat", "Predict")]
     clients, servers = by_kind(grpc_spans, CLIENT), by_kind(grpc_spans, SERVER)
     assert [s.name for s in clients] == methods == [s.name for s in servers]
-    for i, (client, server) in enumerate(zip(clients, servers)):
-        if i:  # (the first call's client span starts from its response: see below)
-            assert server.span.parent_span_id == client.span.span_id  # linked by connection + stream id
-            assert server.span.trace_id == client.span.trace_id
+    # grpcio's first write on the channel gathers 25 iovecs (preface, SETTINGS, the first
+    # call's HEADERS and DATA): the probe copies them all (MAX_IOV), so the first call's
+    # client span starts from its own request like the others, decodes its :path and is
+    # the parent of its server span.
+    for client, server in zip(clients, servers):
+        assert server.span.parent_span_id == client.span.span_id  # linked by connection + stream id
+        assert server.span.trace_id == client.span.trace_id
+        assert client.span.start_time_unix_nano <= server.span.start_time_unix_nano
         for span in (client, server):
             attrs = span.attributes
             assert attrs["rpc.method"] == span.name and attrs["network.protocol.version"] == "2"
             assert span.scope == "otelbpf.http2"
-        # The server reads whole frames: everything decodes.
-        assert server.attributes["otelbpf.rpc.method.source"] == "header"
-        assert "otelbpf.http2.hpack_incomplete" not in server.attributes
-    # grpcio's first write gathers 25 iovecs, more than the probe copies (MAX_IOV): the
-    # client loses stream 1's HEADERS there, and its later blocks refer to entries inserted
-    # in them. Its spans say so, and take the method the server decoded for the same stream.
-    # The first call's client span is made when its response arrives, after the server's
-    # span started: that one pair is not linked (a root each), never wrongly linked.
-    assert clients[0].attributes["otelbpf.rpc.method.source"] == "peer"
-    assert clients[0].attributes["otelbpf.http2.hpack_incomplete"] is True
-    assert {c.attributes["otelbpf.rpc.method.source"] for c in clients} <= {"header", "peer"}
+            assert attrs["otelbpf.rpc.method.source"] == "header"
+            assert "otelbpf.http2.hpack_incomplete" not in attrs
     assert [s.attributes["rpc.response.status_code"] for s in clients] == ["OK"] * 4 + ["NOT_FOUND"]
     assert [s.attributes["rpc.response.status_code"] for s in servers] == ["OK"] * 4 + ["NOT_FOUND"]
     # message counts: server-streaming answers 3 tokens, client-streaming sends 3 chunks, bidi 2 and 2
@@ -140,13 +135,16 @@ def test_twenty_concurrent_streams_on_one_channel(services, agent, tmp_path):
     assert len(clients) == 20 == len(servers), [(s.name, s.span.kind) for s in spans]
     assert {s.name for s in grpc_spans} == {f"{SERVICE}/Predict"}
     assert {s.attributes["rpc.response.status_code"] for s in grpc_spans} == {"OK"}
-    # The 20 HEADERS leave in one write of more iovecs than the probe copies: the client's
-    # spans start from their responses (method from the server's end, marked), after the
-    # server's spans started, so those are not linked. A link made is never a wrong one.
-    client_ids = {s.span.span_id for s in clients}
-    parents = [s.span.parent_span_id for s in servers if s.span.parent_span_id]
-    assert set(parents) <= client_ids and len(parents) == len(set(parents))
-    assert {s.attributes["otelbpf.rpc.method.source"] for s in clients} <= {"header", "peer"}
+    # The first write carries the preface and the first streams' HEADERS in 25 iovecs, the
+    # next ones up to 20: every client span has its own request headers and is the parent
+    # of exactly one server span, the same stream's.
+    assert {s.attributes["otelbpf.rpc.method.source"] for s in clients} == {"header"}
+    assert not any("otelbpf.http2.hpack_incomplete" in s.attributes for s in grpc_spans)
+    client_by_id = {s.span.span_id: s for s in clients}
+    parents = [s.span.parent_span_id for s in servers]
+    assert set(parents) == set(client_by_id) and len(set(parents)) == 20
+    for server in servers:
+        assert client_by_id[server.span.parent_span_id].span.trace_id == server.span.trace_id
     assert len({s.attributes["network.peer.port"] for s in servers}) == 1  # one connection
 
 
@@ -173,6 +171,13 @@ def test_channel_opened_before_the_agent(services, agent, tmp_path):
             assert attrs["rpc.method"] == "_OTHER" and attrs["otelbpf.rpc.method.source"] == "unknown"
         else:
             assert attrs["rpc.method"] == span.name and attrs["otelbpf.rpc.method.source"] == "header"
-    # A link, where the connection's tuple is known, is to the same call's client span.
+    # The connection predates the agent: its tuple comes from /proc, noted when the agent
+    # started (the server's socket is closed by the time a busy agent decodes its first
+    # event), so both ends carry the address and each call's client and server are linked.
+    port = servers[0].attributes["server.port"]
     for client, server in zip(clients, servers):
-        assert server.span.parent_span_id in (b"", client.span.span_id)
+        assert client.attributes["network.peer.address"] == "127.0.0.1" == server.attributes["network.peer.address"]
+        assert client.attributes["network.peer.port"] == port == client.attributes["server.port"]
+        assert server.attributes["network.peer.port"] == server.attributes["client.port"] != port
+        assert server.span.parent_span_id == client.span.span_id
+        assert server.span.trace_id == client.span.trace_id

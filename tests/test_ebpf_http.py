@@ -107,6 +107,45 @@ def test_200_keepalive_requests_give_200_server_and_200_client_spans(services, a
     assert stats.get("otelbpf.parse.errors", 0) == 0
 
 
+def test_keepalive_connection_opened_before_the_agent_has_its_tuple_and_links(services, agent, tmp_path):
+    """The client's connection (and its first request) predate the agent: the kernel never
+    saw it reach ESTABLISHED, so its tuple comes from /proc. The client ends it right after
+    its last request and the server closes its socket then, usually before the agent has
+    decoded the server's first event: the tuple noted when the agent started must serve.
+    Few requests, so the connection ends soon after the agent starts."""
+    REQUESTS = 3
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])
+    client = subprocess.Popen(
+        [sys.executable, str(CLIENTS / "keepalive_client.py"), f"http://127.0.0.1:{backend.port}/items/", str(REQUESTS), "--early"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert client.stdout.readline().split() == ["early", "200"]
+    assert client.stdout.readline().strip() == "ready"
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(backend.pid), "--pid", str(client.pid), "--json-file", str(out)])
+    go(client)
+    stdout, stderr = client.communicate(timeout=60)
+    assert stdout.split().count("200") == REQUESTS, stderr
+    assert run.stop() == 0
+
+    spans = spans_in_file(out)
+    server = [s for s in spans if s.span.kind == SERVER]
+    client_spans = [s for s in spans if s.span.kind == CLIENT]
+    assert len(server) == REQUESTS == len(client_spans), [(s.name, s.span.kind) for s in spans]
+    client_ports = {s.attributes["network.peer.port"] for s in server}
+    assert len(client_ports) == 1 and backend.port not in client_ports  # one connection, the client's port
+    for s in server:
+        assert s.attributes["network.peer.address"] == "127.0.0.1"
+    for s in client_spans:
+        assert s.attributes["network.peer.address"] == "127.0.0.1"
+        assert s.attributes["network.peer.port"] == backend.port
+    client_by_id = {c.span.span_id: c for c in client_spans}
+    for s in server:
+        parent = client_by_id[s.span.parent_span_id]
+        assert parent.span.trace_id == s.span.trace_id
+        assert parent.attributes["url.full"].endswith(s.attributes["url.path"])
+
+
 def test_curl_posts_and_gets_traced_by_comm_including_processes_started_later(services, agent, tmp_path):
     backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "1"])
     out = tmp_path / "spans.json"

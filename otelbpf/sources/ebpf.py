@@ -36,6 +36,7 @@ from otelbpf.sources.ebpf_layout import (
     regs_cflags,
 )
 from otelbpf.sources import btf
+from otelbpf.sources.early_tuples import EarlyTuples
 from otelbpf.sources.uprobes import Attachment, ProbeSpec, UprobeAttacher
 
 log = logging.getLogger("otelbpf.ebpf")
@@ -247,6 +248,8 @@ class EbpfSource:
         self._announce_initial = True
         #: conn_id -> (family, addr, port) of connected UDP sockets, from /proc
         self._udp_peers: dict[int, tuple[int, str, int]] = {}
+        #: TCP tuples of sockets older than the agent (sources/early_tuples.py)
+        self._early_tuples = EarlyTuples()
         #: TLS library probes (None: --no-tls, or not started)
         self.tls = None
         #: pid -> when its maps were last re-read for TLS libraries on a new connection
@@ -337,6 +340,8 @@ class EbpfSource:
         for pid in self._initial_pids:
             # attach the per-process probes before the first request, not at first sight
             self.watch_process(pid)
+        # after the probes: a connection opened from now on has its tuple from the kernel
+        self._early_tuples.snapshot(procfs.all_pids() if self.config.trace_all else self._initial_pids)
         return self.probe_count
 
     def _check_sock_offsets(self) -> str | None:
@@ -463,6 +468,7 @@ class EbpfSource:
 
     def forget_process(self, pid: int) -> None:
         self._watched.discard(pid)
+        self._early_tuples.forget(pid)
         self._tls_looked.pop(pid, None)
         if self.tls is not None:
             self.tls.forget(pid)
@@ -579,8 +585,8 @@ class EbpfSource:
             if kind is ConnOpen:
                 if self.tls is not None:
                     self._tls_look_again(event.pid, now)
-                if event.family == 0:
-                    procfs.fill_tuple_from_proc(event)
+                if event.family == 0 and not procfs.fill_tuple_from_proc(event):
+                    self._early_tuples.fill(event)  # its socket closed before we got here
                 if event.protocol == procfs.IPPROTO_UDP and event.peer_port:
                     if len(self._udp_peers) > 65536:
                         self._udp_peers.clear()
