@@ -200,8 +200,10 @@ def test_retransmissions_after_loss_are_not_counted_twice(agent, lossy_namespace
     capture = tmp_path / "lossy.pcap"
     launcher = Launcher(
         f"tcpdump -i lo -U -w {capture} udp 2>/dev/null & dump=$!; "
-        f"{role('detector', '--seconds', '12')} > {tmp_path / 'detector.out'} & sleep 1; "
-        f"{role('camera', '--frames', str(frames), '--rate', '10', '--linger', '3')}; sleep 1; kill -INT $dump",
+        # the writer lingers 5 s after its last frame so that repairs of a loaded machine's
+        # losses (25% of datagrams dropped) still reach the reader
+        f"{role('detector', '--seconds', '14')} > {tmp_path / 'detector.out'} & sleep 1; "
+        f"{role('camera', '--frames', str(frames), '--rate', '10', '--linger', '5')}; sleep 1; kill -INT $dump",
         prefix=["ip", "netns", "exec", lossy_namespace],
     )
     with OtlpReceiver(http_port=None) as receiver:
