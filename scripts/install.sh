@@ -34,6 +34,7 @@ packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-li
           openssl   # the TLS tests make a self-signed certificate with it
           libcap2-bin                  # capsh: tests/test_identity.py runs the agent with fewer capabilities
           iptables                     # tests/test_ebpf_dds.py drops packets in its own network namespace
+          make                         # builds examples/cuda_standin
           gcc libc6-dev python3-dev)   # the last three build the Cython extensions
 missing=()
 for p in "${packages[@]}"; do
