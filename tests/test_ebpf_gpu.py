@@ -1,0 +1,139 @@
+"""Real eBPF, real processes: CUDA runtime/driver and NCCL calls under the requests that made them.
+
+No GPU: examples/gpu_inference_server.py calls the stand-in libraries of
+examples/cuda_standin (real symbol names, signatures, versions and aliases;
+the runtime calls the driver like the real one) through ctypes from its
+request handlers. The server loads them on its first GPU request, after the
+agent started, so every test also proves that a library loaded later is
+found and probed. Requests go through curl; spans are read from the OTLP
+JSON file the agent writes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+from conftest import EXAMPLES, ROOT, wait_until
+from test_ebpf_http import spans_in_file
+
+pytestmark = pytest.mark.ebpf
+
+STANDIN = ROOT / "examples" / "cuda_standin"
+SERVER, INTERNAL = 2, 1  # OTLP SpanKind
+SYNC_US, COPY_US = 30_000, 8_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def standin_libraries():
+    """Built by scripts/install.sh; built here too so the test runs after a plain checkout."""
+    subprocess.run(["make", "-s", "-C", str(STANDIN)], check=True)
+
+
+def curl(port: int, path: str) -> dict:
+    out = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if out.stdout else {}
+
+
+@pytest.fixture
+def traced_server(services, agent, tmp_path):
+    """The inference server (delays set), the agent tracing it, and its GPU libraries loaded and probed."""
+    server = services(
+        [str(EXAMPLES / "gpu_inference_server.py"), "--port", "0"],
+        env={"CUDA_STANDIN_SYNC_US": str(SYNC_US), "CUDA_STANDIN_COPY_US": str(COPY_US)},
+    )
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(server.pid), "--json-file", str(out)])
+    assert "cuda_standin" not in open(f"/proc/{server.pid}/maps").read()  # not loaded yet
+    curl(server.port, "/health")
+    curl(server.port, "/infer?launches=1")  # loads the libraries (made before they were probed: not asserted)
+    for name in ("libcudart.so.12", "libcuda.so.1", "libnccl.so.2"):
+        probing = f"GPU: pid {server.pid}: probing {STANDIN}/build/{name} "
+        assert wait_until(lambda: probing in run.output, timeout=15), run.output
+    return server, run, out
+
+
+def by_trace(spans) -> dict:
+    """url.path (or span name) of each SERVER span -> (server span, its children sorted by start)."""
+    servers = [s for s in spans if s.span.kind == SERVER]
+    out = {}
+    for server in servers:
+        children = [s for s in spans if s.span.parent_span_id == server.span.span_id]
+        out.setdefault(server.attributes["url.path"], []).append(
+            (server, sorted(children, key=lambda s: s.span.start_time_unix_nano))
+        )
+    return out
+
+
+def test_cuda_calls_are_child_spans_with_arguments_durations_and_launch_counts(traced_server):
+    server, run, out = traced_server
+    first = curl(server.port, "/infer?launches=7&bytes=3000")
+    second = curl(server.port, "/infer?launches=12&bytes=512")
+    pinned = curl(server.port, "/pinned?bytes=8192")
+    driver = curl(server.port, "/driver?launches=3")
+    assert run.stop() == 0
+
+    spans = spans_in_file(out)
+    traces = by_trace(spans)
+    infers = [t for t in traces["/infer"] if t[1]]  # the loading request has no probed calls
+    assert len(infers) == 2
+    for (request, children), answer, size in ((infers[0], first, 3000), (infers[1], second, 512)):
+        names = [c.name for c in children]
+        # one span per operation: the driver calls the runtime made are not spans of their own
+        assert names == ["cudaMalloc", "cudaMemcpy", "cudaDeviceSynchronize", "cudaMemcpy", "cudaFree"]
+        assert request.attributes["otelbpf.gpu.kernel_launches"] == answer["launches"]
+        for child in children:
+            assert child.span.kind == INTERNAL and child.scope == "otelbpf.cuda"
+            assert child.span.trace_id == request.span.trace_id
+            assert request.span.start_time_unix_nano <= child.span.start_time_unix_nano
+            assert child.span.end_time_unix_nano <= request.span.end_time_unix_nano
+            assert child.attributes["thread.id"] > 0
+        malloc, h2d, sync, d2h, free = children
+        assert malloc.attributes["otelbpf.gpu.memory.bytes"] == size
+        assert malloc.attributes["otelbpf.gpu.memory.address"] == answer["device_ptr"]
+        assert free.attributes["otelbpf.gpu.memory.address"] == answer["device_ptr"]
+        assert free.attributes["otelbpf.gpu.memory.bytes"] == size  # known from the malloc
+        assert (h2d.attributes["otelbpf.gpu.memcpy.kind"], h2d.attributes["otelbpf.gpu.memcpy.bytes"]) == ("host_to_device", size)
+        assert (d2h.attributes["otelbpf.gpu.memcpy.kind"], d2h.attributes["otelbpf.gpu.memcpy.bytes"]) == ("device_to_host", size)
+        assert h2d.attributes["otelbpf.gpu.memcpy.pageable"] is True  # a ctypes buffer: pageable
+        assert duration_us(sync) >= SYNC_US and duration_us(h2d) >= COPY_US and duration_us(d2h) >= COPY_US
+        assert duration_us(malloc) < SYNC_US  # durations are the calls', not the request's
+
+    [(request, children)] = traces["/pinned"]
+    assert [c.name for c in children] == [
+        "cudaHostAlloc", "cudaMalloc", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaFree", "cudaFreeHost",
+    ]
+    host_alloc, _malloc, copy, _sync, _free, free_host = children
+    assert host_alloc.attributes["otelbpf.gpu.memory.address"] == pinned["host_ptr"] == free_host.attributes["otelbpf.gpu.memory.address"]
+    assert copy.attributes["otelbpf.gpu.memcpy.pageable"] is False  # from the cudaHostAlloc'ed buffer
+    assert copy.attributes["otelbpf.gpu.stream"] == 0
+    assert "otelbpf.gpu.kernel_launches" not in request.attributes  # launched nothing
+
+    [(request, children)] = traces["/driver"]
+    assert [c.name for c in children] == ["cuStreamSynchronize"]
+    assert request.attributes["otelbpf.gpu.kernel_launches"] == driver["launches"] == 4  # 3 cuLaunchKernelEx + 1 cuGraphLaunch
+
+
+def test_nccl_calls_decode_rank_bytes_and_communicator(traced_server):
+    server, run, out = traced_server
+    answer = curl(server.port, "/allreduce?count=100&rank=3&nranks=5")
+    assert run.stop() == 0
+
+    [(request, children)] = by_trace(spans_in_file(out))["/allreduce"]
+    assert [c.name for c in children] == ["ncclCommInitRank", "ncclAllReduce", "ncclCommDestroy"]
+    init, allreduce, destroy = children
+    assert all(c.scope == "otelbpf.nccl" and c.span.parent_span_id == request.span.span_id for c in children)
+    # the 128-byte ncclUniqueId went by value on the stack: the rank is the third integer register
+    assert (init.attributes["otelbpf.nccl.rank"], init.attributes["otelbpf.nccl.nranks"]) == (3, 5)
+    comm = f"{answer['comm']:x}"
+    assert init.attributes["otelbpf.nccl.communicator"] == comm == destroy.attributes["otelbpf.nccl.communicator"]
+    attrs = allreduce.attributes
+    assert attrs["otelbpf.nccl.communicator"] == comm
+    assert (attrs["otelbpf.nccl.operation"], attrs["otelbpf.nccl.count"], attrs["otelbpf.nccl.datatype"]) == ("AllReduce", 100, "float32")
+    assert (attrs["otelbpf.nccl.bytes"], attrs["otelbpf.nccl.reduce_op"]) == (400, "sum")
+
+
+def duration_us(span) -> float:
+    return (span.span.end_time_unix_nano - span.span.start_time_unix_nano) / 1e3
