@@ -121,3 +121,15 @@ def test_no_probe_on_functions_called_per_launch():
     assert not probed & {"cudaGetDevice", "cuCtxGetDevice", "cudaLaunchKernel"}
     assert set(gpu_probes.LAUNCH_SPEC.symbols) >= {"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch"}
     assert gpu_probes.LAUNCH_SPEC.ret is None  # entry-only
+
+
+def test_doctor_says_what_each_process_would_have_probed(standin, services):
+    from otelbpf.doctor import check_gpu
+
+    server = services([str(ROOT / "examples" / "gpu_inference_server.py"), "--port", "0"])
+    assert check_gpu([server.pid])[0].detail.startswith("no running process")  # loaded on first use
+    subprocess.run(["curl", "-sf", f"http://127.0.0.1:{server.port}/infer"], check=True, capture_output=True)
+    details = [c.detail for c in check_gpu([server.pid])]
+    assert len(details) == 3 and all(d.startswith(f"pid {server.pid} ") for d in details)
+    driver = next(d for d in details if "libcuda.so.1" in d)
+    assert "kernel launches counted at cuGraphLaunch, cuLaunchCooperativeKernel, cuLaunchKernel, cuLaunchKernelEx" in driver

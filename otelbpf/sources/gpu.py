@@ -111,3 +111,23 @@ class GpuProbes:
             for pid, files in sorted(self.probed.items())
             for mapped, names in sorted(files.items())
         ]
+
+
+def survey(pids) -> dict[int, dict[str, list[str]]]:
+    """What `run` would probe in each of ``pids`` now: pid -> mapped file ->
+    GPU functions it exports (no BPF needed: the doctor). Processes mapping none are left out."""
+    from otelbpf.sources.uprobes import executable_mappings, resolve_symbols
+
+    specs = [ProbeSpec(name, library, functions, hint=hint) for name, library, hint, functions, _f, _l in CALL_PROBES]
+    specs.append(LAUNCH_SPEC)
+    found: dict[int, dict[str, list[str]]] = {}
+    for pid in pids:
+        for mapped in dict.fromkeys(m.path for m in executable_mappings(pid)):
+            path = f"/proc/{pid}/root{mapped}"
+            names: list[str] = []
+            for spec in specs:
+                if spec.matches(mapped, path):
+                    names += [n.split("@", 1)[0] for symbol in resolve_symbols(path, spec.symbols) for n in symbol.names]
+            if names:
+                found.setdefault(pid, {})[mapped] = sorted(set(names))
+    return found
