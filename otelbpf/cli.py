@@ -142,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not probe OpenSSL for TLS plaintext (SSL_read/SSL_write uprobes; on by default)",
     )
     run.add_argument(
+        "--no-gpu",
+        action="store_true",
+        help="do not probe CUDA runtime/driver and NCCL calls (uprobes; on by default, docs/gpu.md)",
+    )
+    run.add_argument(
         "--max-cpu",
         type=_positive_float,
         metavar="CORES",
@@ -371,6 +376,7 @@ def cmd_run(args) -> int:
         capture_udp=args.udp,
         python_tasks=not args.no_python_tasks,
         capture_tls=not args.no_tls,
+        capture_gpu=not args.no_gpu,
         exclude_comms=exclusions.comms,
         exclude_pids=exclusions.pids,
     )
