@@ -16,6 +16,8 @@ Routes (query parameters in brackets):
   GET /driver[?launches=N]          N cuLaunchKernelEx + cuGraphLaunch, cuStreamSynchronize (driver API)
   GET /allreduce[?count=C&rank=R&nranks=K]
                                     ncclCommInitRank (rank R of K), ncclAllReduce of C float32, ncclCommDestroy
+  GET /keep[?bytes=B]               cudaMalloc, kept (a cache growing)
+  GET /release                      cudaFree of the oldest kept allocation
   GET /health                       204, touches no library
 
 Prints "listening on PORT" once ready.
@@ -65,6 +67,7 @@ class Gpu:
         self.cudart = ctypes.CDLL(os.path.join(lib_dir, "libcudart.so.12"))
         self.cuda = ctypes.CDLL(os.path.join(lib_dir, "libcuda.so.1"))
         self.nccl = ctypes.CDLL(os.path.join(lib_dir, "libnccl.so.2"))
+        self.kept: list[int] = []  # device allocations kept across requests (/keep, /release)
         rt = self.cudart
         rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
         rt.cudaFree.argtypes = [ctypes.c_void_p]
@@ -96,6 +99,18 @@ class Gpu:
         check(rt.cudaMemcpy(host, device, size, MEMCPY_DEVICE_TO_HOST), "cudaMemcpy")
         check(rt.cudaFree(device), "cudaFree")
         return {"launches": launches, "bytes": size, "device_ptr": device.value}
+
+    def keep(self, size: int) -> dict:
+        device = ctypes.c_void_p()
+        check(self.cudart.cudaMalloc(ctypes.byref(device), size), "cudaMalloc")
+        self.kept.append(device.value)
+        return {"device_ptr": device.value, "kept": len(self.kept)}
+
+    def release(self) -> dict:
+        if not self.kept:
+            return {"kept": 0}
+        check(self.cudart.cudaFree(ctypes.c_void_p(self.kept.pop(0))), "cudaFree")
+        return {"kept": len(self.kept)}
 
     def pinned(self, size: int) -> dict:
         rt = self.cudart
@@ -157,6 +172,8 @@ class InferenceHandler(BaseHTTPRequestHandler):
         routes = {
             "/infer": lambda gpu: gpu.infer(query.get("launches", 8), query.get("bytes", 4096)),
             "/pinned": lambda gpu: gpu.pinned(query.get("bytes", 4096)),
+            "/keep": lambda gpu: gpu.keep(query.get("bytes", 4096)),
+            "/release": lambda gpu: gpu.release(),
             "/driver": lambda gpu: gpu.driver(query.get("launches", 4)),
             "/allreduce": lambda gpu: gpu.allreduce(query.get("count", 1024), query.get("rank", 0), query.get("nranks", 1)),
         }

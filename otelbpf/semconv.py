@@ -269,6 +269,10 @@ OTELBPF_GPU_ERROR_CODE = "otelbpf.gpu.error_code"
 OTELBPF_GPU_MEMCPY_KIND = "otelbpf.gpu.memcpy.kind"
 OTELBPF_GPU_MEMCPY_BYTES = "otelbpf.gpu.memcpy.bytes"
 OTELBPF_GPU_MEMCPY_PAGEABLE = "otelbpf.gpu.memcpy.pageable"
+#: Metrics per process: device memory reserved through the CUDA allocation calls the agent saw
+#: (allocated - freed: what a caching allocator holds, not what tensors use), and its high-water mark.
+OTELBPF_GPU_MEMORY_RESERVED = "otelbpf.gpu.memory.reserved"
+OTELBPF_GPU_MEMORY_RESERVED_MAX = "otelbpf.gpu.memory.reserved.max"
 #: Allocation and free calls (device and pinned host memory): bytes and the address.
 OTELBPF_GPU_MEMORY_BYTES = "otelbpf.gpu.memory.bytes"
 OTELBPF_GPU_MEMORY_ADDRESS = "otelbpf.gpu.memory.address"

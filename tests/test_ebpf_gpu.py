@@ -16,7 +16,10 @@ import subprocess
 
 import pytest
 from conftest import EXAMPLES, ROOT, wait_until
+from otlp_receiver import attributes_dict
 from test_ebpf_http import spans_in_file
+
+from otelbpf.metrics import read_metrics_json_file
 
 pytestmark = pytest.mark.ebpf
 
@@ -45,7 +48,7 @@ def traced_server(services, agent, tmp_path):
         env={"CUDA_STANDIN_SYNC_US": str(SYNC_US), "CUDA_STANDIN_COPY_US": str(COPY_US)},
     )
     out = tmp_path / "spans.json"
-    run = agent(["--pid", str(server.pid), "--json-file", str(out)])
+    run = agent(["--pid", str(server.pid), "--json-file", str(out), "--metrics-json-file", str(tmp_path / "metrics.json")])
     assert "cuda_standin" not in open(f"/proc/{server.pid}/maps").read()  # not loaded yet
     curl(server.port, "/health")
     curl(server.port, "/infer?launches=1")  # loads the libraries (made before they were probed: not asserted)
@@ -133,6 +136,26 @@ def test_nccl_calls_decode_rank_bytes_and_communicator(traced_server):
     assert attrs["otelbpf.nccl.communicator"] == comm
     assert (attrs["otelbpf.nccl.operation"], attrs["otelbpf.nccl.count"], attrs["otelbpf.nccl.datatype"]) == ("AllReduce", 100, "float32")
     assert (attrs["otelbpf.nccl.bytes"], attrs["otelbpf.nccl.reduce_op"]) == (400, "sum")
+
+
+def test_gpu_memory_reserved_per_process_is_allocated_minus_freed(traced_server, tmp_path):
+    server, run, _out = traced_server
+    curl(server.port, "/keep?bytes=1000")
+    curl(server.port, "/keep?bytes=5000")
+    curl(server.port, "/infer?bytes=700")  # allocates and frees within the request
+    curl(server.port, "/release")  # frees the 1000
+    assert run.stop() == 0
+
+    last: dict[str, int] = {}
+    for request in read_metrics_json_file(tmp_path / "metrics.json"):
+        for resource_metrics in request.resource_metrics:
+            resource = attributes_dict(resource_metrics.resource.attributes)
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    if metric.name.startswith("otelbpf.gpu.memory.reserved"):
+                        assert resource["process.pid"] == server.pid and metric.unit == "By"
+                        last[metric.name] = metric.gauge.data_points[-1].as_int
+    assert last == {"otelbpf.gpu.memory.reserved": 5000, "otelbpf.gpu.memory.reserved.max": 6700}
 
 
 def duration_us(span) -> float:

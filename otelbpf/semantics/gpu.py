@@ -125,6 +125,19 @@ class GpuState:
         self.processes.pop(pid, None)
         self.launches_by_pid.pop(pid, None)
 
+    def memory_gauges(self) -> dict[int, list[tuple[str, str, str, int]]]:
+        """pid -> its GPU memory gauges, for processes that allocated any (read by the metrics thread)."""
+        out = {}
+        for pid, memory in list(self.processes.items()):
+            if memory.reserved_high:
+                out[pid] = [
+                    (sc.OTELBPF_GPU_MEMORY_RESERVED, "GPU memory reserved by the process's CUDA allocation calls"
+                     " (allocated - freed, as seen since the agent started)", "By", memory.reserved),
+                    (sc.OTELBPF_GPU_MEMORY_RESERVED_MAX, "High-water mark of otelbpf.gpu.memory.reserved", "By",
+                     memory.reserved_high),
+                ]
+        return out
+
     def book_launches(self, start: SpanStart, call: CallEvent) -> None:
         if not call.launches:
             return
@@ -375,4 +388,18 @@ def attach(pipeline) -> GpuState:
     pipeline.registry.register_calls(CudaCalls(state))
     pipeline.registry.register_calls(NcclCalls(state))
     pipeline.consumer = LaunchCountingConsumer(pipeline.consumer, state)
+    exited = pipeline.on_process_exit
+
+    def on_process_exit(pid: int) -> None:
+        state.forget(pid)
+        if exited is not None:
+            exited(pid)
+
+    pipeline.on_process_exit = on_process_exit
     return state
+
+
+def state_of(pipeline) -> GpuState | None:
+    """The GPU state :func:`attach` gave ``pipeline`` (None: not attached)."""
+    semantics = pipeline.registry.call_semantics(sc.OTELBPF_SCOPE_CUDA)
+    return getattr(semantics, "state", None)
