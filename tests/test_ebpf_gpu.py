@@ -160,3 +160,56 @@ def test_gpu_memory_reserved_per_process_is_allocated_minus_freed(traced_server,
 
 def duration_us(span) -> float:
     return (span.span.end_time_unix_nano - span.span.start_time_unix_nano) / 1e3
+
+
+REAL_RUNTIME_SCRIPT = """
+import ctypes, sys
+import nvidia.cuda_runtime
+runtime = ctypes.CDLL(next(iter(nvidia.cuda_runtime.__path__)) + "/lib/libcudart.so.12")
+print("ready", flush=True)
+sys.stdin.readline()
+device = ctypes.c_void_p()
+host = ctypes.create_string_buffer(777)
+codes = [
+    runtime.cudaMalloc(ctypes.byref(device), ctypes.c_size_t(12345)),
+    runtime.cudaMemcpy(ctypes.c_void_p(0x1000), host, ctypes.c_size_t(777), 1),
+    runtime.cudaStreamSynchronize(ctypes.c_void_p(0x42)),
+]
+print(*codes, flush=True)
+"""
+
+
+def test_the_real_cuda_runtime_without_a_gpu_still_fires_the_probes(agent, tmp_path):
+    """libcudart.so.12 from the nvidia-cuda-runtime-cu12 wheel: with no GPU (no driver) each call
+    returns an error, but the versioned symbols are probed and the arguments decoded."""
+    script = tmp_path / "real_runtime.py"
+    script.write_text(REAL_RUNTIME_SCRIPT)
+    proc = subprocess.Popen(
+        [subprocess.sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        out = tmp_path / "spans.json"
+        run = agent(["--pid", str(proc.pid), "--json-file", str(out)])
+        assert "libcudart.so.12 (" in run.output and "nvidia/cuda_runtime/lib/libcudart.so.12" in run.output
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        codes = [int(c) for c in proc.stdout.readline().split()]
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(codes) == 3 and all(codes)  # no GPU here: every call fails (cudaErrorInsufficientDriver...)
+    assert run.stop() == 0
+
+    spans = sorted(
+        (s for s in spans_in_file(out) if s.scope == "otelbpf.cuda"), key=lambda s: s.span.start_time_unix_nano
+    )
+    assert [s.name for s in spans] == ["cudaMalloc", "cudaMemcpy", "cudaStreamSynchronize"]
+    malloc, copy, sync = spans
+    assert [s.attributes["otelbpf.gpu.error_code"] for s in spans] == codes
+    assert all(s.span.status.code == 2 for s in spans)  # ERROR
+    assert malloc.attributes["otelbpf.gpu.memory.bytes"] == 12345
+    assert "otelbpf.gpu.memory.address" not in malloc.attributes  # failed: no address
+    assert (copy.attributes["otelbpf.gpu.memcpy.kind"], copy.attributes["otelbpf.gpu.memcpy.bytes"]) == ("host_to_device", 777)
+    assert sync.attributes["otelbpf.gpu.stream"] == 0x42
