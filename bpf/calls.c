@@ -14,7 +14,9 @@
  * (cudaMemcpy and the cuMemcpyHtoD_v2 it makes are one operation);
  * CALL_TAKES_LAUNCHES moves the thread's kernel launch count (bpf/gpu.c) into
  * the record; CALL_READS_OUT0 reads, at return, the 8 bytes the first
- * argument points to (the pointer cudaMalloc wrote).
+ * argument points to (the pointer cudaMalloc wrote); CALL_READS_STACK_ARG
+ * (x86-64) puts the first 16 bytes of the stack arguments in args[4..5] (the
+ * start of the ncclUniqueId that ncclCommInitRank takes by value).
  */
 #ifndef CALL_STACK_DEPTH
 #define CALL_STACK_DEPTH 4
@@ -23,6 +25,7 @@
 #define CALL_OUTERMOST_ONLY 2
 #define CALL_TAKES_LAUNCHES 4
 #define CALL_READS_OUT0 8
+#define CALL_READS_STACK_ARG 16
 
 struct call_site_key {
     __u32 tgid;
@@ -101,6 +104,8 @@ int call_enter(struct pt_regs *ctx)
     frame.args[3] = PT_REGS_PARM4(ctx);
     frame.args[4] = PT_REGS_PARM5(ctx);
     frame.args[5] = PT_REGS_PARM6(ctx);
+    if (site->flags & CALL_READS_STACK_ARG) /* at entry, sp points at the return address */
+        bpf_probe_read_user(&frame.args[4], 2 * sizeof(__u64), (void *)(PT_REGS_SP(ctx) + 8));
     if (!(site->flags & CALL_HAS_RETURN)) {
         emit_call(id, &frame, frame.ts, 0);
         return 0;

@@ -134,7 +134,7 @@ class Gpu:
     def allreduce(self, count: int, rank: int, nranks: int) -> dict:
         comm = ctypes.c_void_p()
         unique = UniqueId()
-        unique.internal = bytes(range(128))
+        ctypes.memmove(ctypes.addressof(unique), bytes(range(128)), 128)  # (c_char arrays stop at a NUL)
         check(self.nccl.ncclCommInitRank(ctypes.byref(comm), nranks, unique, rank), "ncclCommInitRank")
         buffer = ctypes.create_string_buffer(count * 4)
         check(self.nccl.ncclAllReduce(buffer, buffer, count, NCCL_FLOAT32, NCCL_SUM, comm, None), "ncclAllReduce")

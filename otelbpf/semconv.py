@@ -291,5 +291,8 @@ OTELBPF_NCCL_PEER = "otelbpf.nccl.peer"
 OTELBPF_NCCL_ROOT = "otelbpf.nccl.root"
 OTELBPF_NCCL_RANK = "otelbpf.nccl.rank"
 OTELBPF_NCCL_NRANKS = "otelbpf.nccl.nranks"
+#: On ncclCommInitRank spans: the first 16 bytes of the ncclUniqueId (hex), the same in every
+#: rank's process: what matches one communicator across processes (x86-64 only).
+OTELBPF_NCCL_UNIQUE_ID = "otelbpf.nccl.unique_id"
 #: ncclResult_t a call returned (only when not ncclSuccess).
 OTELBPF_NCCL_RESULT = "otelbpf.nccl.result"

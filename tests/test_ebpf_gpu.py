@@ -11,7 +11,9 @@ JSON file the agent writes.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import subprocess
 
 import pytest
@@ -130,6 +132,7 @@ def test_nccl_calls_decode_rank_bytes_and_communicator(traced_server):
     assert all(c.scope == "otelbpf.nccl" and c.span.parent_span_id == request.span.span_id for c in children)
     # the 128-byte ncclUniqueId went by value on the stack: the rank is the third integer register
     assert (init.attributes["otelbpf.nccl.rank"], init.attributes["otelbpf.nccl.nranks"]) == (3, 5)
+    assert init.attributes["otelbpf.nccl.unique_id"] == bytes(range(16)).hex()  # read from the stack
     comm = f"{answer['comm']:x}"
     assert init.attributes["otelbpf.nccl.communicator"] == comm == destroy.attributes["otelbpf.nccl.communicator"]
     attrs = allreduce.attributes
@@ -213,3 +216,44 @@ def test_the_real_cuda_runtime_without_a_gpu_still_fires_the_probes(agent, tmp_p
     assert "otelbpf.gpu.memory.address" not in malloc.attributes  # failed: no address
     assert (copy.attributes["otelbpf.gpu.memcpy.kind"], copy.attributes["otelbpf.gpu.memcpy.bytes"]) == ("host_to_device", 777)
     assert sync.attributes["otelbpf.gpu.stream"] == 0x42
+
+
+def test_the_rank_that_enters_collectives_late_is_named_and_no_other(agent, tmp_path):
+    """Two communicators on stand-in NCCL ranks (separate processes whose collectives wait for each
+    other): in the first, rank 2 enters every all-reduce 15 ms late; in the second no rank is late."""
+    slow_id, fair_id = os.urandom(8).hex(), os.urandom(8).hex()
+    ranks = []
+    try:
+        for comm_id, nranks, slow in ((slow_id, 4, 2), (fair_id, 3, -1)):
+            for rank in range(nranks):
+                ranks.append(
+                    subprocess.Popen(
+                        [subprocess.sys.executable, str(EXAMPLES / "nccl_ranks.py"), "--rank", str(rank), "--nranks",
+                         str(nranks), "--id", comm_id, "--slow-rank", str(slow), "--delay-ms", "15", "--collectives", "30"],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    )  # fmt: skip
+                )
+        assert all(p.stdout.readline().strip() == "ready" for p in ranks)
+        run = agent([arg for p in ranks for arg in ("--pid", str(p.pid))] + ["--json-file", str(tmp_path / "spans.json")])
+        for p in ranks:
+            assert f"GPU: pid {p.pid}: probing {STANDIN}/build/libnccl.so.2 " in run.output, run.output
+        for p in ranks:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        assert all(p.stdout.readline().strip() == "done" for p in ranks)
+        assert run.stop() == 0
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+        for comm_id in (slow_id, fair_id):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/nccl-standin-{comm_id}")
+    named = [line for line in run.output.splitlines() if "straggler:" in line]
+    assert len(named) == 1, run.output
+    assert f"straggler: rank 2 of communicator {slow_id[:8]}… entered last in " in named[0]
+    assert " all-reduces (median 1" in named[0]  # 15 ms late (or a little more)
+    init_ids = {
+        s.attributes["otelbpf.nccl.unique_id"] for s in spans_in_file(tmp_path / "spans.json") if s.name == "ncclCommInitRank"
+    }
+    assert init_ids == {slow_id + "00" * 8, fair_id + "00" * 8}  # the ncclUniqueId, read from the stack

@@ -133,3 +133,34 @@ def test_doctor_says_what_each_process_would_have_probed(standin, services):
     assert len(details) == 3 and all(d.startswith(f"pid {server.pid} ") for d in details)
     driver = next(d for d in details if "libcuda.so.1" in d)
     assert "kernel launches counted at cuGraphLaunch, cuLaunchCooperativeKernel, cuLaunchKernel, cuLaunchKernelEx" in driver
+
+
+def straggler_run(late_rank: int, late_ns: int, collectives: int = 30, nranks: int = 4) -> list[str]:
+    detector = gpu.StragglerDetector()
+    for rank in range(nranks):
+        detector.joined(100 + rank, 0xC0 + rank, "ab" * 16, rank, nranks)
+    lines = []
+    for n in range(collectives):
+        base = n * 1_000_000_000
+        for rank in range(nranks):
+            # the others enter in a different order every time, a few microseconds apart
+            ts = base + ((rank + n) % nranks) * 3_000 + (late_ns if rank == late_rank else 0)
+            line = detector.entered(100 + rank, 0xC0 + rank, "AllReduce", ts)
+            if line:
+                lines.append(line)
+    return lines
+
+
+def test_a_persistently_late_rank_is_named_once():
+    [line] = straggler_run(late_rank=2, late_ns=41_000_000)
+    assert line == "otelbpf: straggler: rank 2 of communicator abababab… entered last in 10 of 10 all-reduces (median 41 ms late)"
+
+
+def test_no_rank_is_named_when_none_is_late_or_lateness_is_noise():
+    assert straggler_run(late_rank=-1, late_ns=0) == []
+    assert straggler_run(late_rank=1, late_ns=200_000) == []  # last every time, but 0.2 ms: noise
+
+
+def test_collectives_of_unknown_communicators_are_ignored():
+    detector = gpu.StragglerDetector()
+    assert detector.entered(1, 0xDEAD, "AllReduce", 5) is None and not detector.open

@@ -2,11 +2,19 @@
  * Like the real library, each public ncclX is a weak alias of pncclX (the
  * profiling interface), so both names share one address. ncclUniqueId goes by
  * value (128 bytes, on the stack): in ncclCommInitRank the rank is the third
- * integer register. Delay: NCCL_STANDIN_US (collectives; NCCL_STANDIN_RANK_US
- * adds to it when the rank equals NCCL_STANDIN_SLOW_RANK). */
+ * integer register. With NCCL_STANDIN_BARRIER=1, collectives wait for every
+ * rank of the communicator like the real ones: ranks in different processes
+ * meet through a small shared file in /dev/shm named after the first 8 bytes
+ * of the ncclUniqueId (an arrival counter), so a rank that enters late holds
+ * the others back. Delay: NCCL_STANDIN_US (inside each
+ * collective, after all ranks arrived). */
+#include <fcntl.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #include "standin.h"
 
 typedef int ncclResult_t;
@@ -15,7 +23,13 @@ typedef int ncclRedOp_t;
 typedef void *cudaStream_t;
 #define NCCL_UNIQUE_ID_BYTES 128
 typedef struct { char internal[NCCL_UNIQUE_ID_BYTES]; } ncclUniqueId;
-struct ncclComm { int nranks; int rank; ncclUniqueId id; };
+struct ncclComm {
+    int nranks;
+    int rank;
+    ncclUniqueId id;
+    unsigned long seq;          /* collectives this rank made on the communicator */
+    volatile long *arrivals;    /* shared by the ranks: total arrivals at collectives */
+};
 typedef struct ncclComm *ncclComm_t;
 typedef struct { size_t size; unsigned int magic; unsigned int version; int blocking; } ncclConfig_t;
 
@@ -23,12 +37,37 @@ typedef struct { size_t size; unsigned int magic; unsigned int version; int bloc
     __attribute__((weak, alias("p" #name))) ret name(__VA_ARGS__); \
     __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
 
-static void collective_delay(ncclComm_t comm)
+/* The arrival counter shared by the ranks of the communicator `id` (NULL: none, run alone). */
+static volatile long *shared_arrivals(const ncclUniqueId *id)
 {
+    char path[96];
+    unsigned long long key;
+    memcpy(&key, id->internal, sizeof(key));
+    snprintf(path, sizeof(path), "/dev/shm/nccl-standin-%016llx", key);
+    int fd = open(path, O_RDWR | O_CREAT, 0600);
+    if (fd < 0)
+        return NULL;
+    if (ftruncate(fd, 4096) != 0) {
+        close(fd);
+        return NULL;
+    }
+    void *p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : (volatile long *)p;
+}
+
+/* Wait until every rank has arrived at this collective, then take NCCL_STANDIN_US. */
+static void collective(ncclComm_t comm)
+{
+    if (comm && comm->arrivals && comm->nranks > 1) {
+        comm->seq++;
+        long want = (long)comm->seq * comm->nranks;
+        __atomic_add_fetch(comm->arrivals, 1, __ATOMIC_SEQ_CST);
+        struct timespec pause = {0, 50000};
+        while (__atomic_load_n(comm->arrivals, __ATOMIC_SEQ_CST) < want)
+            nanosleep(&pause, NULL);
+    }
     standin_delay("NCCL_STANDIN_US");
-    const char *slow = getenv("NCCL_STANDIN_SLOW_RANK");
-    if (slow && comm && atoi(slow) == comm->rank)
-        standin_delay("NCCL_STANDIN_RANK_US");
 }
 
 NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId)
@@ -46,6 +85,8 @@ NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqu
     c->nranks = nranks;
     c->rank = rank;
     c->id = commId;
+    const char *barrier = getenv("NCCL_STANDIN_BARRIER");
+    c->arrivals = nranks > 1 && barrier && *barrier == '1' ? shared_arrivals(&commId) : NULL;
     *comm = c;
     return 0;
 }
@@ -59,6 +100,8 @@ NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncc
 
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)
 {
+    if (comm && comm->arrivals)
+        munmap((void *)comm->arrivals, 4096);
     free(comm);
     return 0;
 }
@@ -67,7 +110,7 @@ NCCL_API(ncclResult_t, ncclAllReduce, const void *sendbuff, void *recvbuff, size
          ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     (void)sendbuff; (void)recvbuff; (void)count; (void)datatype; (void)op; (void)stream;
-    collective_delay(comm);
+    collective(comm);
     return 0;
 }
 
@@ -75,7 +118,7 @@ NCCL_API(ncclResult_t, ncclAllGather, const void *sendbuff, void *recvbuff, size
          ncclComm_t comm, cudaStream_t stream)
 {
     (void)sendbuff; (void)recvbuff; (void)sendcount; (void)datatype; (void)stream;
-    collective_delay(comm);
+    collective(comm);
     return 0;
 }
 
@@ -83,7 +126,7 @@ NCCL_API(ncclResult_t, ncclReduceScatter, const void *sendbuff, void *recvbuff, 
          ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
     (void)sendbuff; (void)recvbuff; (void)recvcount; (void)datatype; (void)op; (void)stream;
-    collective_delay(comm);
+    collective(comm);
     return 0;
 }
 
@@ -91,7 +134,7 @@ NCCL_API(ncclResult_t, ncclBroadcast, const void *sendbuff, void *recvbuff, size
          int root, ncclComm_t comm, cudaStream_t stream)
 {
     (void)sendbuff; (void)recvbuff; (void)count; (void)datatype; (void)root; (void)stream;
-    collective_delay(comm);
+    collective(comm);
     return 0;
 }
 
@@ -99,7 +142,7 @@ NCCL_API(ncclResult_t, ncclSend, const void *sendbuff, size_t count, ncclDataTyp
          ncclComm_t comm, cudaStream_t stream)
 {
     (void)sendbuff; (void)count; (void)datatype; (void)peer; (void)stream;
-    collective_delay(comm);
+    collective(comm);
     return 0;
 }
 
@@ -107,6 +150,6 @@ NCCL_API(ncclResult_t, ncclRecv, void *recvbuff, size_t count, ncclDataType_t da
          cudaStream_t stream)
 {
     (void)recvbuff; (void)count; (void)datatype; (void)peer; (void)stream;
-    collective_delay(comm);
+    collective(comm);
     return 0;
 }

@@ -30,7 +30,10 @@ docs/gpu.md.
 from __future__ import annotations
 
 import bisect
-from collections import OrderedDict
+import logging
+import platform
+import statistics
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
@@ -49,6 +52,15 @@ NCCL_DATATYPES = {
 }
 #: ncclRedOp_t built-in reductions.
 NCCL_REDUCE_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+
+log = logging.getLogger("otelbpf")
+
+#: Where ncclCommInitRank's rank is: the 128-byte ncclUniqueId takes no register on x86-64
+#: (by value, on the stack: rank is the third integer argument register) but one on arm64
+#: (a composite over 16 bytes goes by reference: rank is the fourth).
+NCCL_RANK_REGISTER = 3 if platform.machine() == "aarch64" else 2
+#: ncclUniqueId bytes are read (from the stack) on x86-64 only (otelbpf/sources/gpu.py).
+NCCL_ID_ON_STACK = platform.machine() == "x86_64"
 
 #: Parent spans whose launches are remembered at once (the oldest is dropped beyond).
 MAX_LEDGER = 65536
@@ -114,6 +126,7 @@ class GpuState:
         self.launches: OrderedDict[bytes, list[tuple[int, int]]] = OrderedDict()
         #: launches per process (including those outside any request)
         self.launches_by_pid: dict[int, int] = {}
+        self.stragglers = StragglerDetector(counters)
 
     def memory(self, pid: int) -> ProcessMemory:
         memory = self.processes.get(pid)
@@ -124,6 +137,7 @@ class GpuState:
     def forget(self, pid: int) -> None:
         self.processes.pop(pid, None)
         self.launches_by_pid.pop(pid, None)
+        self.stragglers.forget(pid)
 
     def memory_gauges(self) -> dict[int, list[tuple[str, str, str, int]]]:
         """pid -> its GPU memory gauges, for processes that allocated any (read by the metrics thread)."""
@@ -344,17 +358,139 @@ class NcclCalls:
                 attrs[other[0]] = _int32(args[other[1]])
             if comm_i is not None:
                 attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[comm_i]:x}"
+                self.state.stragglers.entered(call.pid, args[comm_i], name[4:], call.ts_ns)
         elif name in _COMM_INITS:
-            attrs[sc.OTELBPF_NCCL_NRANKS] = _int32(args[1])
-            attrs[sc.OTELBPF_NCCL_RANK] = _int32(args[2])  # the third register: the id went on the stack
+            nranks, rank = _int32(args[1]), _int32(args[NCCL_RANK_REGISTER])
+            attrs[sc.OTELBPF_NCCL_NRANKS] = nranks
+            attrs[sc.OTELBPF_NCCL_RANK] = rank
+            unique_id = (args[4].to_bytes(8, "little") + args[5].to_bytes(8, "little")).hex() if NCCL_ID_ON_STACK else ""
+            if unique_id:
+                attrs[sc.OTELBPF_NCCL_UNIQUE_ID] = unique_id
             if call.out0:
                 attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{call.out0:x}"
+                if unique_id and _int32(call.ret) == 0:
+                    self.state.stragglers.joined(call.pid, call.out0, unique_id, rank, nranks)
         elif name == "ncclCommDestroy":
             attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[0]:x}"
+            self.state.stragglers.left(call.pid, args[0])
         result = _int32(call.ret)
         if result:
             attrs[sc.OTELBPF_NCCL_RESULT] = result
         return _finish(start, call, self.library, attrs, f"NCCL result {result}" if result else "")
+
+
+# -- slow ranks -------------------------------------------------------------------------------
+
+#: Collectives judged per communicator (the last ones), and how many before any verdict.
+STRAGGLER_WINDOW = 30
+STRAGGLER_MIN_SEEN = 10
+#: A rank is named when it entered last in at least this share of the window...
+STRAGGLER_SHARE = 0.8
+#: ... with a median lateness of at least this (below it, last is scheduling noise).
+STRAGGLER_MIN_LATE_NS = 1_000_000
+#: A rank is named again for the same communicator no sooner than this.
+STRAGGLER_REPEAT_NS = 60_000_000_000
+#: Collectives waiting for the other ranks' entries, at most (the oldest are dropped).
+MAX_OPEN_COLLECTIVES = 4096
+
+_OP_PLURALS = {"AllReduce": "all-reduces", "AllGather": "all-gathers", "ReduceScatter": "reduce-scatters",
+               "Broadcast": "broadcasts", "Send": "sends", "Recv": "receives"}
+
+
+@dataclass
+class _Member:
+    """One rank's handle of a communicator, in its process."""
+
+    unique_id: str
+    rank: int
+    nranks: int
+    seq: int = 0
+
+
+class StragglerDetector:
+    """Which rank holds a communicator's collectives back, across the ranks'
+    processes on this node.
+
+    A communicator is matched across processes by its ncclUniqueId (read at
+    ncclCommInitRank); each rank's n-th collective on it is the same
+    collective (NCCL requires every rank to call them in the same order).
+    When every rank's entry of a collective is in, the rank that entered last
+    (and so spends the least time inside, waiting for nobody) is noted with
+    how late it was (its entry minus the median of the others'). A rank last
+    in at least 80% of the last 30 collectives, with a median lateness of at
+    least 1 ms, is named in the agent's log; no rank is named otherwise.
+    """
+
+    def __init__(self, counters=None) -> None:
+        self.counters = counters
+        self.members: dict[tuple[int, int], _Member] = {}
+        #: (unique id, seq) -> rank -> entry ns
+        self.open: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
+        #: unique id -> deque of (last rank, lateness ns, operation)
+        self.history: dict[str, deque] = {}
+        #: (unique id, rank) -> when it was last named
+        self.named: dict[tuple[str, int], int] = {}
+
+    def joined(self, pid: int, comm: int, unique_id: str, rank: int, nranks: int) -> None:
+        if 1 < nranks <= 65536 and 0 <= rank < nranks:
+            self.members[(pid, comm)] = _Member(unique_id, rank, nranks)
+
+    def left(self, pid: int, comm: int) -> None:
+        self.members.pop((pid, comm), None)
+
+    def forget(self, pid: int) -> None:
+        for key in [k for k in self.members if k[0] == pid]:
+            del self.members[key]
+
+    def entered(self, pid: int, comm: int, operation: str, ts_ns: int) -> str | None:
+        """A collective entered by one rank; the warning line if this completes a verdict naming a rank."""
+        member = self.members.get((pid, comm))
+        if member is None:
+            return None
+        member.seq += 1
+        key = (member.unique_id, member.seq)
+        entries = self.open.get(key)
+        if entries is None:
+            entries = self.open[key] = {}
+            if len(self.open) > MAX_OPEN_COLLECTIVES:
+                self.open.popitem(last=False)
+        entries[member.rank] = ts_ns
+        if len(entries) < member.nranks:
+            return None
+        del self.open[key]
+        return self._judge(member, entries, operation, ts_ns)
+
+    def _judge(self, member: _Member, entries: dict[int, int], operation: str, now_ns: int) -> str | None:
+        last_rank = max(entries, key=entries.__getitem__)
+        others = [ts for rank, ts in entries.items() if rank != last_rank]
+        lateness = entries[last_rank] - statistics.median(others)
+        history = self.history.setdefault(member.unique_id, deque(maxlen=STRAGGLER_WINDOW))
+        history.append((last_rank, lateness, operation))
+        if len(history) < STRAGGLER_MIN_SEEN:
+            return None
+        counts: dict[int, int] = {}
+        for rank, _late, _op in history:
+            counts[rank] = counts.get(rank, 0) + 1
+        rank, times = max(counts.items(), key=lambda item: item[1])
+        if times < STRAGGLER_SHARE * len(history):
+            return None
+        median_late = statistics.median(late for r, late, _op in history if r == rank)
+        if median_late < STRAGGLER_MIN_LATE_NS:
+            return None
+        named = (member.unique_id, rank)
+        if now_ns - self.named.get(named, -STRAGGLER_REPEAT_NS) < STRAGGLER_REPEAT_NS:
+            return None
+        self.named[named] = now_ns
+        operations = {op for _r, _l, op in history}
+        what = _OP_PLURALS.get(operation, "collectives") if len(operations) == 1 else "collectives"
+        line = (
+            f"otelbpf: straggler: rank {rank} of communicator {member.unique_id[:8]}… entered last in {times} of "
+            f"{len(history)} {what} (median {median_late / 1e6:.0f} ms late)"
+        )
+        log.warning("%s", line)
+        if self.counters is not None:
+            self.counters.add("otelbpf.nccl.stragglers_named")
+        return line
 
 
 # -- wiring -----------------------------------------------------------------------------------

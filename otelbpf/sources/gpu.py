@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
@@ -40,6 +41,9 @@ log = logging.getLogger("otelbpf.gpu")
 CALL_OUTERMOST_ONLY = 2
 CALL_TAKES_LAUNCHES = 4
 CALL_READS_OUT0 = 8
+CALL_READS_STACK_ARG = 16
+#: ncclCommInitRank's ncclUniqueId is read from the stack on x86-64 (on arm64 it goes by reference).
+_STACK_ID = CALL_READS_STACK_ARG if platform.machine() == "x86_64" else 0
 
 CUDART = r"/libcudart[^/]*\.so"
 CUDA_DRIVER = r"/libcuda\.so"
@@ -63,7 +67,7 @@ CALL_PROBES = (
     ("gpu.cuda", CUDA_DRIVER, b"cuMemcpyHtoDAsync", tuple(f for f in _driver if f not in CUDA_OUT_POINTER_FUNCTIONS), _TIMELINE, sc.OTELBPF_SCOPE_CUDA),
     ("gpu.cuda.alloc", CUDA_DRIVER, b"cuMemcpyHtoDAsync", tuple(f for f in _driver if f in CUDA_OUT_POINTER_FUNCTIONS), _TIMELINE | CALL_READS_OUT0, sc.OTELBPF_SCOPE_CUDA),
     ("gpu.nccl", NCCL, b"ncclAllReduce", tuple(f for f in NCCL_FUNCTIONS if f not in NCCL_OUT_POINTER_FUNCTIONS), _TIMELINE, sc.OTELBPF_SCOPE_NCCL),
-    ("gpu.nccl.init", NCCL, b"ncclAllReduce", NCCL_OUT_POINTER_FUNCTIONS, _TIMELINE | CALL_READS_OUT0, sc.OTELBPF_SCOPE_NCCL),
+    ("gpu.nccl.init", NCCL, b"ncclAllReduce", NCCL_OUT_POINTER_FUNCTIONS, _TIMELINE | CALL_READS_OUT0 | _STACK_ID, sc.OTELBPF_SCOPE_NCCL),
 )
 
 
