@@ -151,3 +151,21 @@ CUresult cuCtxGetDevice(int *device)
     *device = 0;
     return CUDA_SUCCESS;
 }
+
+/* Not CUDA: loops for bench/gpu_probe_cost.py, so a probe's cost is timed without ctypes in the
+ * loop. Calls go through volatile function pointers: never inlined, each reaches the probed entry. */
+CUresult (*volatile standin_launch_fn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                       unsigned int, unsigned int, unsigned int, CUstream, void **, void **) = cuLaunchKernel;
+CUresult (*volatile standin_sync_fn)(CUstream) = cuStreamSynchronize;
+
+void standin_bench_launches(long n)
+{
+    for (long i = 0; i < n; i++)
+        standin_launch_fn(NULL, 1, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+}
+
+void standin_bench_syncs(long n)
+{
+    for (long i = 0; i < n; i++)
+        standin_sync_fn(NULL);
+}
