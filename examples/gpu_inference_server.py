@@ -18,6 +18,7 @@ Routes (query parameters in brackets):
                                     ncclCommInitRank (rank R of K), ncclAllReduce of C float32, ncclCommDestroy
   GET /keep[?bytes=B]               cudaMalloc, kept (a cache growing)
   GET /release                      cudaFree of the oldest kept allocation
+  GET /load                         loads the libraries, calls nothing
   GET /health                       204, touches no library
 
 Prints "listening on PORT" once ready.
@@ -172,6 +173,7 @@ class InferenceHandler(BaseHTTPRequestHandler):
         routes = {
             "/infer": lambda gpu: gpu.infer(query.get("launches", 8), query.get("bytes", 4096)),
             "/pinned": lambda gpu: gpu.pinned(query.get("bytes", 4096)),
+            "/load": lambda gpu: {"loaded": True},
             "/keep": lambda gpu: gpu.keep(query.get("bytes", 4096)),
             "/release": lambda gpu: gpu.release(),
             "/driver": lambda gpu: gpu.driver(query.get("launches", 4)),

@@ -53,7 +53,7 @@ def traced_server(services, agent, tmp_path):
     run = agent(["--pid", str(server.pid), "--json-file", str(out), "--metrics-json-file", str(tmp_path / "metrics.json")])
     assert "cuda_standin" not in open(f"/proc/{server.pid}/maps").read()  # not loaded yet
     curl(server.port, "/health")
-    curl(server.port, "/infer?launches=1")  # loads the libraries (made before they were probed: not asserted)
+    curl(server.port, "/load")  # loads the libraries and calls nothing (no call can race the attaching)
     for name in ("libcudart.so.12", "libcuda.so.1", "libnccl.so.2"):
         probing = f"GPU: pid {server.pid}: probing {STANDIN}/build/{name} "
         assert wait_until(lambda: probing in run.output, timeout=15), run.output
@@ -82,7 +82,7 @@ def test_cuda_calls_are_child_spans_with_arguments_durations_and_launch_counts(t
 
     spans = spans_in_file(out)
     traces = by_trace(spans)
-    infers = [t for t in traces["/infer"] if t[1]]  # the loading request has no probed calls
+    infers = traces["/infer"]
     assert len(infers) == 2
     for (request, children), answer, size in ((infers[0], first, 3000), (infers[1], second, 512)):
         names = [c.name for c in children]
