@@ -41,9 +41,9 @@ typedef struct { size_t size; unsigned int magic; unsigned int version; int bloc
 static volatile long *shared_arrivals(const ncclUniqueId *id)
 {
     char path[96];
-    unsigned long long key;
-    memcpy(&key, id->internal, sizeof(key));
-    snprintf(path, sizeof(path), "/dev/shm/nccl-standin-%016llx", key);
+    const unsigned char *b = (const unsigned char *)id->internal; /* the first 8 bytes, in order */
+    snprintf(path, sizeof(path), "/dev/shm/nccl-standin-%02x%02x%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2], b[3],
+             b[4], b[5], b[6], b[7]);
     int fd = open(path, O_RDWR | O_CREAT, 0600);
     if (fd < 0)
         return NULL;
