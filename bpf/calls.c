@@ -8,11 +8,24 @@
  * pointer is the probed address. Returns are matched with a small
  * per-thread stack (uretprobes fire in LIFO order on a thread); calls nested
  * deeper than CALL_STACK_DEPTH are counted (STAT_CALL_DEPTH), not reported.
+ *
+ * Per-site flags (GPU probes, otelbpf/sources/gpu.py): CALL_OUTERMOST_ONLY
+ * reports a call only when no other probed call is in progress on the thread
+ * (cudaMemcpy and the cuMemcpyHtoD_v2 it makes are one operation);
+ * CALL_TAKES_LAUNCHES moves the thread's kernel launch count (bpf/gpu.c) into
+ * the record; CALL_READS_OUT0 reads, at return, the 8 bytes the first
+ * argument points to (the pointer cudaMalloc wrote); CALL_READS_STACK_ARG
+ * (x86-64) puts the first 16 bytes of the stack arguments in args[4..5] (the
+ * start of the ncclUniqueId that ncclCommInitRank takes by value).
  */
 #ifndef CALL_STACK_DEPTH
 #define CALL_STACK_DEPTH 4
 #endif
 #define CALL_HAS_RETURN 1
+#define CALL_OUTERMOST_ONLY 2
+#define CALL_TAKES_LAUNCHES 4
+#define CALL_READS_OUT0 8
+#define CALL_READS_STACK_ARG 16
 
 struct call_site_key {
     __u32 tgid;
@@ -29,7 +42,7 @@ struct call_frame {
     __u64 ts;
     __u64 args[6];
     __u32 probe_id;
-    __u32 pad;
+    __u32 flags; /* the site's */
 };
 
 struct call_stack {
@@ -64,6 +77,13 @@ static __always_inline void emit_call(__u64 id, struct call_frame *frame, __u64 
     rec->info.end_ns = end_ns;
     __builtin_memcpy(rec->info.args, frame->args, sizeof(frame->args));
     rec->info.ret = ret;
+    if (frame->flags & CALL_TAKES_LAUNCHES)
+        gpu_take_launches((__u32)id, &rec->info);
+    if ((frame->flags & CALL_READS_OUT0) && frame->args[0]) {
+        __u64 out = 0;
+        if (bpf_probe_read_user(&out, sizeof(out), (void *)frame->args[0]) == 0)
+            rec->info.out0 = out;
+    }
     events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
 }
 
@@ -77,12 +97,15 @@ int call_enter(struct pt_regs *ctx)
     struct call_frame frame = {};
     frame.ts = bpf_ktime_get_ns();
     frame.probe_id = site->probe_id;
+    frame.flags = site->flags;
     frame.args[0] = PT_REGS_PARM1(ctx);
     frame.args[1] = PT_REGS_PARM2(ctx);
     frame.args[2] = PT_REGS_PARM3(ctx);
     frame.args[3] = PT_REGS_PARM4(ctx);
     frame.args[4] = PT_REGS_PARM5(ctx);
     frame.args[5] = PT_REGS_PARM6(ctx);
+    if (site->flags & CALL_READS_STACK_ARG) /* at entry, sp points at the return address */
+        bpf_probe_read_user(&frame.args[4], 2 * sizeof(__u64), (void *)(PT_REGS_SP(ctx) + 8));
     if (!(site->flags & CALL_HAS_RETURN)) {
         emit_call(id, &frame, frame.ts, 0);
         return 0;
@@ -116,7 +139,9 @@ int call_return(struct pt_regs *ctx)
     stack->depth = depth;
     if (depth < CALL_STACK_DEPTH) {
         struct call_frame frame = stack->frames[depth];
-        emit_call(id, &frame, bpf_ktime_get_ns(), (__s64)PT_REGS_RC(ctx));
+        /* depth > 0: made inside another probed call of this thread (the driver call a runtime call makes) */
+        if (!(depth > 0 && (frame.flags & CALL_OUTERMOST_ONLY)))
+            emit_call(id, &frame, bpf_ktime_get_ns(), (__s64)PT_REGS_RC(ctx));
     }
     if (depth == 0)
         call_stacks.delete(&tid);

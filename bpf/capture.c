@@ -24,5 +24,6 @@
 #include "proc.c"
 #include "socket.c"
 #include "pytasks.c"
+#include "gpu.c"
 #include "calls.c"
 #include "tls.c"

@@ -102,6 +102,13 @@ struct call_info {
     __u64 end_ns; /* return time; = entry for entry-only probes */
     __u64 args[6];
     __s64 ret;
+    /* GPU calls (bpf/gpu.c): kernel launches on this thread since its last
+     * reported call, and when the first of them was made (0: none) */
+    __u64 launches;
+    __u64 first_launch_ns;
+    /* CALL_READS_OUT0: the 8 bytes args[0] points to, read at return (the
+     * pointer cudaMalloc/cudaHostAlloc wrote) */
+    __u64 out0;
 };
 
 /* Indexes of the per-CPU counter array `stats`. */

@@ -14,7 +14,7 @@ from otelbpf.events import Event
 from otelbpf.pipeline import Pipeline
 from otelbpf.reorder import ReorderBuffer
 from otelbpf.selfmetrics import Counters
-from otelbpf.semantics import genai
+from otelbpf.semantics import genai, gpu
 
 log = logging.getLogger("otelbpf")
 
@@ -37,7 +37,8 @@ def live_pipeline(source, consumer, resources, counters, options=None, max_conne
     """A pipeline wired to a live source's hooks: muting a connection (per
     source) whose protocol is unknown, and attaching / detaching per-process
     probes as processes appear and exit. LLM API calls on HTTP/1 get GenAI
-    spans (otelbpf.semantics.genai)."""
+    spans (otelbpf.semantics.genai); CUDA and NCCL calls get spans under
+    their requests (otelbpf.semantics.gpu)."""
     pipeline = Pipeline(
         consumer,
         resources,
@@ -49,6 +50,7 @@ def live_pipeline(source, consumer, resources, counters, options=None, max_conne
         on_process_exit=source.forget_process,
     )
     genai.attach(pipeline)
+    gpu.attach(pipeline)
     return pipeline
 
 

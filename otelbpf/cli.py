@@ -142,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not probe OpenSSL for TLS plaintext (SSL_read/SSL_write uprobes; on by default)",
     )
     run.add_argument(
+        "--no-gpu",
+        action="store_true",
+        help="do not probe CUDA runtime/driver and NCCL calls (uprobes; on by default, docs/gpu.md)",
+    )
+    run.add_argument(
         "--max-cpu",
         type=_positive_float,
         metavar="CORES",
@@ -345,6 +350,7 @@ def _alone_in_autogroup(name: str) -> bool:
 
 def cmd_run(args) -> int:
     from otelbpf.agent import Agent, live_pipeline
+    from otelbpf.semantics import gpu
     from otelbpf.budget import CpuBudget
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
@@ -371,6 +377,7 @@ def cmd_run(args) -> int:
         capture_udp=args.udp,
         python_tasks=not args.no_python_tasks,
         capture_tls=not args.no_tls,
+        capture_gpu=not args.no_gpu,
         exclude_comms=exclusions.comms,
         exclude_pids=exclusions.pids,
     )
@@ -407,6 +414,9 @@ def cmd_run(args) -> int:
     budget = CpuBudget(args.max_cpu, pipeline.table) if args.max_cpu else None
     if metrics is not None:
         metrics.add_gauge("otelbpf.connections.open", lambda: len(pipeline.table))
+        gpu_state = gpu.state_of(pipeline)
+        if gpu_state is not None:  # GPU memory reserved per process (docs/gpu.md)
+            metrics.add_process_gauges(gpu_state.memory_gauges, resources.attributes)
         if budget is not None:
             metrics.add_gauge("otelbpf.budget.shed_ratio", lambda: budget.shed_ratio)
     agent = Agent(source, pipeline, consumer, counters, stats_interval_s=args.stats_interval, budget=budget)

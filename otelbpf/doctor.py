@@ -346,6 +346,27 @@ def check_tls() -> list[Check]:
     return checks
 
 
+def check_gpu(pids=None) -> list[Check]:
+    """Which running processes map CUDA runtime/driver or NCCL libraries `run`
+    would probe, per process and file (docs/gpu.md). Informational: a process
+    that loads them later is found by `run` when it does."""
+    from otelbpf import procfs
+    from otelbpf.sources.gpu import LAUNCH_FUNCTIONS, survey
+
+    found = survey(procfs.all_pids() if pids is None else pids)
+    if not found:
+        return [Check("GPU calls", INFO, "no running process maps libcudart, libcuda or libnccl (found per process by `run`)")]
+    checks = []
+    for pid, files in sorted(found.items()):
+        for mapped, names in sorted(files.items()):
+            launches = [n for n in names if n in LAUNCH_FUNCTIONS]
+            detail = f"pid {pid} ({procfs.comm_of(pid) or '?'}): {mapped}: {len(names) - len(launches)} timeline calls"
+            if launches:
+                detail += f", kernel launches counted at {', '.join(launches)}"
+            checks.append(Check("GPU calls", OK, detail))
+    return checks
+
+
 def _grpcio_boringssl() -> str:
     """Where grpcio's BoringSSL is, if grpcio is installed for this interpreter (it is not probed)."""
     import importlib.util
@@ -464,6 +485,7 @@ def run_checks() -> list[Check]:
         checks += check_tracepoints()
         checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
         checks += check_tls()
+        checks += check_gpu()
     checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers()]
     checks += [check_process_identity(), check_dds_shared_memory()]
     return checks

@@ -195,6 +195,12 @@ class CallEvent:
     args: tuple[int, ...] = ()
     ret: int = 0
     task_id: int = 0
+    #: GPU kernel launches this thread made since its previous reported GPU
+    #: call, and the time of the first of them (0: none); see bpf/gpu.c
+    launches: int = 0
+    first_launch_ns: int = 0
+    #: the value args[0] pointed to at return (an out-pointer: cudaMalloc's devPtr), when read
+    out0: int = 0
 
 
 @dataclass(slots=True)

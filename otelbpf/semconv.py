@@ -251,3 +251,48 @@ OTELBPF_RPC_METHOD_SOURCE = "otelbpf.rpc.method.source"
 #: gRPC messages sent / received in the call (length-prefixed messages counted in DATA).
 OTELBPF_RPC_REQUEST_MESSAGES = "otelbpf.rpc.request.messages"
 OTELBPF_RPC_RESPONSE_MESSAGES = "otelbpf.rpc.response.messages"
+
+# --- GPU: CUDA runtime/driver and NCCL calls (otelbpf's own: no convention exists; docs/gpu.md) ---
+#: Instrumentation scopes / CallEvent libraries of the GPU call spans.
+OTELBPF_SCOPE_CUDA = "cuda"
+OTELBPF_SCOPE_NCCL = "nccl"
+#: On a request span: GPU kernel launches its thread made while serving it
+#: (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch;
+#: a CUDA-graph replay counts once).
+OTELBPF_GPU_KERNEL_LAUNCHES = "otelbpf.gpu.kernel_launches"
+#: On a CUDA call span: the CUDA error code the call returned (only when not success).
+OTELBPF_GPU_ERROR_CODE = "otelbpf.gpu.error_code"
+#: Copies: direction (``host_to_device``, ``device_to_host``, ``device_to_device``,
+#: ``host_to_host``, ``default``), bytes, and whether the host side was pageable
+#: (not pinned by a cudaHostAlloc/cuMemHostAlloc the agent saw: the copy blocks
+#: the calling thread for the whole transfer).
+OTELBPF_GPU_MEMCPY_KIND = "otelbpf.gpu.memcpy.kind"
+OTELBPF_GPU_MEMCPY_BYTES = "otelbpf.gpu.memcpy.bytes"
+OTELBPF_GPU_MEMCPY_PAGEABLE = "otelbpf.gpu.memcpy.pageable"
+#: Metrics per process: device memory reserved through the CUDA allocation calls the agent saw
+#: (allocated - freed: what a caching allocator holds, not what tensors use), and its high-water mark.
+OTELBPF_GPU_MEMORY_RESERVED = "otelbpf.gpu.memory.reserved"
+OTELBPF_GPU_MEMORY_RESERVED_MAX = "otelbpf.gpu.memory.reserved.max"
+#: Allocation and free calls (device and pinned host memory): bytes and the address.
+OTELBPF_GPU_MEMORY_BYTES = "otelbpf.gpu.memory.bytes"
+OTELBPF_GPU_MEMORY_ADDRESS = "otelbpf.gpu.memory.address"
+#: The stream handle a call was made on (0: the default stream).
+OTELBPF_GPU_STREAM = "otelbpf.gpu.stream"
+#: NCCL calls: collective (``AllReduce``...), element count, datatype, bytes
+#: (count x datatype size), reduction, communicator (its handle, hex), peer or
+#: root rank, and for communicator set-up the rank and number of ranks.
+OTELBPF_NCCL_OPERATION = "otelbpf.nccl.operation"
+OTELBPF_NCCL_COUNT = "otelbpf.nccl.count"
+OTELBPF_NCCL_DATATYPE = "otelbpf.nccl.datatype"
+OTELBPF_NCCL_BYTES = "otelbpf.nccl.bytes"
+OTELBPF_NCCL_REDUCE_OP = "otelbpf.nccl.reduce_op"
+OTELBPF_NCCL_COMMUNICATOR = "otelbpf.nccl.communicator"
+OTELBPF_NCCL_PEER = "otelbpf.nccl.peer"
+OTELBPF_NCCL_ROOT = "otelbpf.nccl.root"
+OTELBPF_NCCL_RANK = "otelbpf.nccl.rank"
+OTELBPF_NCCL_NRANKS = "otelbpf.nccl.nranks"
+#: On ncclCommInitRank spans: the first 16 bytes of the ncclUniqueId (hex), the same in every
+#: rank's process: what matches one communicator across processes (x86-64 only).
+OTELBPF_NCCL_UNIQUE_ID = "otelbpf.nccl.unique_id"
+#: ncclResult_t a call returned (only when not ncclSuccess).
+OTELBPF_NCCL_RESULT = "otelbpf.nccl.result"

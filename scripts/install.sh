@@ -16,6 +16,8 @@
 #      list is pyproject.toml's [tool.otelbpf] compiled). Here the compile must
 #      succeed (OTELBPF_REQUIRE_COMPILED=1); the stamp covers those sources, so
 #      editing one rebuilds.
+#   5. The stand-in CUDA runtime, driver and NCCL libraries the GPU tests and
+#      the inference example probe (examples/cuda_standin, gcc; no GPU needed).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -33,6 +35,7 @@ packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-li
           libcap2-bin                  # capsh: tests/test_identity.py runs the agent with fewer capabilities
           iptables                     # tests/test_ebpf_dds.py drops packets in its own network namespace
           golang-go                    # tests/test_deploy.py renders the Helm chart with Go templates (no helm here)
+          make                         # builds examples/cuda_standin
           gcc libc6-dev python3-dev)   # the last three build the Cython extensions
 missing=()
 for p in "${packages[@]}"; do
@@ -68,6 +71,9 @@ fi
 if ! mountpoint -q /sys/kernel/tracing 2>/dev/null; then
     mount -t tracefs tracefs /sys/kernel/tracing && say "mounted tracefs at /sys/kernel/tracing"
 fi
+
+# Stand-in GPU libraries (make rebuilds only what changed).
+make -s -C "$here/examples/cuda_standin" && say "stand-in CUDA/NCCL libraries: examples/cuda_standin/build"
 
 # The compiled modules (one list, in pyproject.toml) and their sources (.py, .pxd).
 compiled=$(/usr/bin/python3 -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["tool"]["otelbpf"]["compiled"]))' "$here/pyproject.toml")

@@ -53,6 +53,14 @@ def encode_metrics(
             builder.metric(instrument.name, instrument.description, instrument.unit, _HISTOGRAM)
             for point in points:
                 _fill_histogram_point(builder.point(), point, instrument.boundaries, time_ns)
+        for name, description, unit, value in process.gauges:
+            builder.metric(name, description, unit, _GAUGE)
+            out = builder.point()
+            out.time_unix_nano = time_ns
+            if isinstance(value, int):
+                out.as_int = value
+            else:
+                out.as_double = value
     if agent is not None:
         builder.resource(agent.resource)
         for total in agent.sums:

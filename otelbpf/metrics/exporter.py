@@ -111,6 +111,7 @@ class MetricsExporter:
         if span_metrics is not None:
             all_gauges.setdefault(SERIES, lambda: span_metrics.series_count)
         self._gauges = GaugeReader(all_gauges)
+        self._process_gauges: list[tuple[Callable, Callable]] = []
         self._max_points = max_points_per_request
         self._start_ns = time.time_ns()
         preference = os.environ.get(TEMPORALITY_ENV, "").strip().lower()
@@ -152,6 +153,16 @@ class MetricsExporter:
         """Export ``read()`` as gauge ``name`` from the next collection on (e.g. once the pipeline exists)."""
         self._gauges.add(name, read)
 
+    def add_process_gauges(
+        self,
+        read: Callable[[], Mapping[int, list[tuple[str, str, str, int | float]]]],
+        resource_of: Callable[[int], Mapping[str, AttributeValue]],
+    ) -> None:
+        """Export per-process gauges from the next collection on: ``read()`` gives
+        pid -> [(name, description, unit, value)] (e.g. GPU memory reserved),
+        each under the process's Resource (``resource_of(pid)``)."""
+        self._process_gauges.append((read, resource_of))
+
     # --- collection ---------------------------------------------------------------
 
     def collect(self) -> list[ExportMetricsServiceRequest]:
@@ -163,10 +174,23 @@ class MetricsExporter:
                 processes = collection.processes
                 self._counters.add(OVERFLOWED, collection.overflowed)
                 self._counters.add(EXPIRED, collection.expired)
+            if self._process_gauges:
+                processes = self._with_process_gauges(list(processes))
             agent = AgentMetrics(
                 self._agent_resource, self._start_ns, counter_sums(self._counters), self._gauges.read()
             )
             return encode_metrics(processes, agent, time.time_ns(), self._max_points)
+
+    def _with_process_gauges(self, processes: list[ProcessHistograms]) -> list[ProcessHistograms]:
+        by_pid = {process.pid: process for process in processes}
+        for read, resource_of in self._process_gauges:
+            for pid, gauges in read().items():
+                process = by_pid.get(pid)
+                if process is None:
+                    process = by_pid[pid] = ProcessHistograms(pid, resource_of(pid))
+                    processes.append(process)
+                process.gauges.extend(gauges)
+        return processes
 
     def export_now(self) -> None:
         """Collect now and hand the result to every sink (asynchronously)."""

@@ -97,6 +97,9 @@ class ProcessHistograms:
     resource: Mapping[str, AttributeValue]
     #: Each instrument that has series, with its points, in the order the instruments were given.
     histograms: list[tuple[SpanHistogram, list[HistogramPoint]]] = field(default_factory=list)
+    #: Per-process gauges not derived from spans (``MetricsExporter.add_process_gauges``):
+    #: (name, description, unit, value), e.g. GPU memory reserved.
+    gauges: list[tuple[str, str, str, int | float]] = field(default_factory=list)
 
     def points(self, name: str) -> list[HistogramPoint]:
         """The points of the instrument called ``name`` (none if it has none)."""

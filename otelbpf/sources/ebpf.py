@@ -179,6 +179,8 @@ class CaptureConfig:
     capture_udp: bool = False
     #: Capture TLS plaintext with uprobes on OpenSSL (bpf/tls.c, otelbpf/sources/tls.py).
     capture_tls: bool = True
+    #: Probe CUDA runtime/driver and NCCL calls (bpf/gpu.c, otelbpf/sources/gpu.py).
+    capture_gpu: bool = True
     #: How often read() re-scans watched processes' maps for newly loaded libraries (0: never).
     rescan_interval_s: float = 5.0
     #: Never traced, dropped by the kernel filter (otelbpf.exclusions): comm
@@ -242,7 +244,9 @@ class EbpfSource:
         self._watched: set[int] = set()
         #: (spec name, function) -> EV_CALL probe id
         self._probe_ids: dict[tuple[str, str], int] = {}
-        self._call_specs: dict[str, tuple[ProbeSpec, str]] = {}  # spec name -> (spec, library label)
+        self._call_specs: dict[str, tuple[ProbeSpec, str, int]] = {}  # spec name -> (spec, library label, site flags)
+        #: GPU library probes (None: --no-gpu, or not started)
+        self.gpu = None
         #: Processes traced from the start (--pid, --comm): probed eagerly.
         self._initial_pids: list[int] = []
         self._announce_initial = True
@@ -331,6 +335,10 @@ class EbpfSource:
 
             specs.append(SPEC)
         self.uprobes = UprobeAttacher(self._bpf, specs, on_attach=self._on_uprobe_attach, on_detach=self._on_uprobe_detach)
+        if self.config.capture_gpu:
+            from otelbpf.sources.gpu import GpuProbes
+
+            self.gpu = GpuProbes(self)
         if self.config.capture_tls:
             from otelbpf.sources.tls import TlsProbes
 
@@ -464,7 +472,12 @@ class EbpfSource:
             return False
         self._watched.add(pid)
         tls = bool(self.tls.scan(pid)) if self.tls is not None else False
-        return bool(self.uprobes.scan(pid)) or tls
+        return bool(self._report(pid, self.uprobes.scan(pid))) or tls
+
+    def _report(self, pid: int, attached: list[Attachment]) -> list[Attachment]:
+        if self.gpu is not None and attached:
+            self.gpu.report(pid, attached)
+        return attached
 
     def forget_process(self, pid: int) -> None:
         self._watched.discard(pid)
@@ -472,6 +485,8 @@ class EbpfSource:
         self._tls_looked.pop(pid, None)
         if self.tls is not None:
             self.tls.forget(pid)
+        if self.gpu is not None:
+            self.gpu.forget(pid)
         if self.uprobes is not None:
             self.uprobes.forget(pid)
 
@@ -486,13 +501,13 @@ class EbpfSource:
             if not procfs.process_exists(pid):
                 self.forget_process(pid)
                 continue
-            count += len(self.uprobes.rescan(pid))
+            count += len(self._report(pid, self.uprobes.rescan(pid)))
             if self.tls is not None:
                 count += len(self.tls.scan(pid))
         return count
 
-    def _tls_look_again(self, pid: int, now: float) -> None:
-        """A traced process opened a connection: it may have loaded a TLS library
+    def _look_for_libraries_again(self, pid: int, now: float) -> None:
+        """A traced process opened a connection: it may have loaded a TLS or GPU library
         since it was last scanned (dlopen, or CPython importing ssl late). Re-read
         its maps, at most once a second per process (one /proc read when nothing changed)."""
         if pid not in self._watched or now - self._tls_looked.get(pid, 0.0) < 1.0:
@@ -500,24 +515,35 @@ class EbpfSource:
         if len(self._tls_looked) > 65536:
             self._tls_looked.clear()
         self._tls_looked[pid] = now
-        self.tls.scan(pid)
+        if self.tls is not None:
+            self.tls.scan(pid)
+        if self.uprobes is not None:  # e.g. a CUDA library imported late
+            self._report(pid, self.uprobes.rescan(pid))
 
-    def add_call_probe(self, name: str, library: str, symbols: tuple[str, ...], returns: bool = True, label: str = "") -> None:
+    def add_call_probe(
+        self, name: str, library: str, symbols: tuple[str, ...], returns: bool = True, label: str = "",
+        flags: int = 0, hint: bytes = b"",
+    ) -> None:
         """Probe ``symbols`` in every watched (and later watched) process mapping a
-        file matching the regex ``library``: each call becomes a CallEvent whose
-        ``library`` is ``label`` (default: the mapped file's name)."""
-        spec = ProbeSpec(name, library, tuple(symbols), entry="call_enter", ret="call_return" if returns else None)
-        self._call_specs[name] = (spec, label)
+        file matching the regex ``library`` (or containing ``hint``): each call
+        becomes a CallEvent whose ``library`` is ``label`` (default: the mapped
+        file's name). ``flags``: bpf/calls.c's per-site CALL_* flags."""
+        spec = ProbeSpec(name, library, tuple(symbols), entry="call_enter", ret="call_return" if returns else None, hint=hint)
+        self._call_specs[name] = (spec, label, flags)
+        self.add_probe(spec)
+
+    def add_probe(self, spec: ProbeSpec) -> None:
+        """Attach ``spec`` (its own BPF programs) to every watched process mapping its library."""
         if self.uprobes is not None:
             self.uprobes.add_spec(spec)
             for pid in list(self._watched):
-                self.uprobes.scan(pid)
+                self._report(pid, self.uprobes.scan(pid))
 
     def _on_uprobe_attach(self, attachment: Attachment) -> None:
         known = self._call_specs.get(attachment.spec.name)
         if known is None or not attachment.runtime_addr:
             return
-        spec, label = known
+        spec, label, flags = known
         function = attachment.symbol.names[0].split("@", 1)[0]
         probe_id = self._probe_ids.setdefault((spec.name, function), len(self._probe_ids) + 1)
         self.decoder.probe_names[probe_id] = (label or os.path.basename(attachment.mapped), function)
@@ -527,7 +553,7 @@ class EbpfSource:
         key.addr = attachment.runtime_addr
         leaf = table.Leaf()
         leaf.probe_id = probe_id
-        leaf.flags = 1 if spec.ret else 0
+        leaf.flags = (1 if spec.ret else 0) | flags
         table[key] = leaf
 
     def _on_uprobe_detach(self, attachment: Attachment) -> None:
@@ -583,8 +609,7 @@ class EbpfSource:
         for event in events:
             kind = type(event)
             if kind is ConnOpen:
-                if self.tls is not None:
-                    self._tls_look_again(event.pid, now)
+                self._look_for_libraries_again(event.pid, now)
                 if event.family == 0 and not procfs.fill_tuple_from_proc(event):
                     self._early_tuples.fill(event)  # its socket closed before we got here
                 if event.protocol == procfs.IPPROTO_UDP and event.peer_port:

@@ -15,7 +15,7 @@ milliseconds (curl). With ``--pid`` only, once per (file, process), so that
 untraced processes take no uprobe trap (see :class:`TlsProbes`). Other copies (a wheel's bundled libssl, a dlopen()ed
 one) are found when the agent first sees a traced process (its exec, or its
 first connection), when a traced process opens a connection (its maps are
-read again, at most once a second: ``EbpfSource._tls_look_again``) and by the
+read again, at most once a second: ``EbpfSource._look_for_libraries_again``) and by the
 periodic re-scan (``CaptureConfig.rescan_interval_s``, 5 s); a re-read does
 nothing more when the executable mappings did not change.
 
@@ -26,13 +26,13 @@ Not covered: TLS libraries linked statically without exported symbols
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import re
 import subprocess
 from dataclasses import dataclass, field
 
-from otelbpf.sources.uprobes import executable_mappings, resolve_symbols
+from otelbpf.sources.libraries import MAX_SEARCHED_BYTES, MapsWatch, is_candidate
+from otelbpf.sources.uprobes import resolve_symbols
 
 log = logging.getLogger("otelbpf.tls")
 
@@ -46,10 +46,9 @@ TLS_FUNCTIONS = (
 )
 REQUIRED = ("SSL_read", "SSL_write")
 LIBSSL_NAME = re.compile(r"/libssl[^/]*\.so")
-#: A file without libssl's name is searched for this string before its ELF is parsed.
+#: A file without libssl's name is searched for this string before its ELF is parsed
+#: (files over otelbpf.sources.libraries.MAX_SEARCHED_BYTES, CUDA and torch libraries, are not).
 EXPORT_HINT = b"SSL_write"
-#: Larger files (CUDA and torch libraries) are not searched for an embedded OpenSSL.
-MAX_SEARCHED_BYTES = 256 * 1024 * 1024
 #: What the probes cannot see yet (doctor, README).
 NOT_COVERED = (
     "statically linked TLS without exported symbols: BoringSSL inside grpcio, Go crypto/tls, rustls, Java JSSE"
@@ -82,8 +81,8 @@ class TlsProbes:
     host_wide: bool = True
     #: (st_dev, st_ino, pid or -1) -> what was attached there (None: looked at, nothing to probe)
     files: dict[tuple[int, int, int], TlsLibrary | None] = field(default_factory=dict)
-    #: pid -> the executable mappings seen at its last scan
-    _seen: dict[int, frozenset[str]] = field(default_factory=dict)
+    #: the executable mappings of each process at its last scan
+    _maps: MapsWatch = field(default_factory=MapsWatch)
     #: pid -> library paths reported for it (the start-up log says it once per process and library)
     reported: dict[int, set[str]] = field(default_factory=dict)
     #: pid -> (path, address, kind) attached for that process only (detached when it goes)
@@ -103,11 +102,10 @@ class TlsProbes:
 
     def scan(self, pid: int) -> list[TlsLibrary]:
         """Probe the OpenSSL files ``pid`` maps (if not done already); log once per process what covers it."""
-        mappings = executable_mappings(pid)
-        paths = frozenset(m.path for m in mappings)
-        if self._seen.get(pid) == paths:
+        mappings = self._maps.changed(pid)
+        if mappings is None:
             return []
-        self._seen[pid] = paths
+        paths = frozenset(m.path for m in mappings)
         covering = []
         for mapped in sorted(paths):
             path = f"/proc/{pid}/root{mapped}"
@@ -125,7 +123,7 @@ class TlsProbes:
 
     def forget(self, pid: int) -> None:
         """The process is gone: detach what was attached for it alone."""
-        self._seen.pop(pid, None)
+        self._maps.forget(pid)
         self.reported.pop(pid, None)
         for path, addr, kind in self._per_process.pop(pid, []):
             detach = self.bpf.detach_uretprobe if kind == "ret" else self.bpf.detach_uprobe
@@ -183,30 +181,9 @@ class TlsProbes:
         return True
 
 
-#: (st_dev, st_ino, mtime) -> whether the file contains EXPORT_HINT: each file is searched once.
-_searched: dict[tuple[int, int, int], bool] = {}
-
-
 def candidate(path: str, mapped: str) -> bool:
     """Worth parsing as a TLS library: named libssl, or containing ``SSL_write`` (not too large)."""
-    if LIBSSL_NAME.search(mapped):
-        return True
-    try:
-        with open(path, "rb") as f:
-            st = os.fstat(f.fileno())
-            key = (st.st_dev, st.st_ino, st.st_mtime_ns)
-            if key in _searched:
-                return _searched[key]
-            found = False
-            if 0 < st.st_size <= MAX_SEARCHED_BYTES:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                    found = data.find(EXPORT_HINT) >= 0
-    except (OSError, ValueError):
-        return False
-    if len(_searched) > 4096:
-        _searched.clear()
-    _searched[key] = found
-    return found
+    return is_candidate(path, mapped, LIBSSL_NAME, EXPORT_HINT, MAX_SEARCHED_BYTES)
 
 
 def flavour(path: str, by_name: dict) -> str:

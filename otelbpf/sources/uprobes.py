@@ -39,7 +39,10 @@ class ProbeSpec:
     ``r"/libssl\\.so"``); ``symbols`` are names as exported, optionally with a
     version (``"cudaMalloc@@libcudart.so.12"``); a bare name matches the
     unversioned or default (``@@``) version. ``entry``/``ret`` are BPF
-    program names (either may be None).
+    program names (either may be None). ``hint`` (optional): a file whose
+    name does not match is still a candidate when it contains these bytes (an
+    exported name), so a renamed or bundled copy is probed too
+    (otelbpf.sources.libraries).
     """
 
     name: str
@@ -47,9 +50,13 @@ class ProbeSpec:
     symbols: tuple[str, ...]
     entry: str | None = None
     ret: str | None = None
+    hint: bytes = b""
 
-    def matches(self, path: str) -> bool:
-        return re.search(self.library, path) is not None
+    def matches(self, mapped: str, path: str | None = None) -> bool:
+        """``mapped`` (as the process maps it) is worth parsing; ``path``: where the agent reads it."""
+        from otelbpf.sources.libraries import is_candidate
+
+        return is_candidate(path or mapped, mapped, re.compile(self.library), self.hint)
 
 
 @dataclass(frozen=True)
@@ -234,25 +241,30 @@ class UprobeAttacher:
         self.on_detach = on_detach
         #: pid -> attachments
         self.attached: dict[int, list[Attachment]] = {}
-        #: pid -> the executable mappings seen at the last scan (cheap change test)
-        self._seen: dict[int, frozenset[tuple[int, str]]] = {}
+        #: the executable mappings of each process at its last scan (cheap change test)
+        from otelbpf.sources.libraries import MapsWatch
+
+        self._maps = MapsWatch()
 
     def add_spec(self, spec: ProbeSpec) -> None:
         self.specs.append(spec)
-        self._seen.clear()  # the next rescan looks at every process again
+        self._maps.reset()  # the next rescan looks at every process again
 
     def scan(self, pid: int) -> list[Attachment]:
         """Attach every spec to what ``pid`` maps now that is not attached yet; returns the new attachments."""
         mappings = executable_mappings(pid)
-        self._seen[pid] = frozenset((m.start, m.path) for m in mappings)
+        self._maps.mark(pid, mappings)
+        return self._scan_mappings(pid, mappings)
+
+    def _scan_mappings(self, pid: int, mappings: list[Mapping]) -> list[Attachment]:
         done = {(a.spec, a.mapped, a.symbol.vaddr) for a in self.attached.get(pid, ())}
         new: list[Attachment] = []
         files = list(dict.fromkeys(m.path for m in mappings))
         for spec in self.specs:
             for mapped in files:
-                if not spec.matches(mapped):
-                    continue
                 path = f"/proc/{pid}/root{mapped}"
+                if not spec.matches(mapped, path):
+                    continue
                 for symbol in resolve_symbols(path, spec.symbols):
                     if (spec, mapped, symbol.vaddr) in done:
                         continue
@@ -268,22 +280,21 @@ class UprobeAttacher:
 
     def rescan(self, pid: int) -> list[Attachment]:
         """Like :meth:`scan`, but only if the process's executable mappings changed since the last look."""
-        if pid in self._seen:
-            mappings = executable_mappings(pid)
-            if frozenset((m.start, m.path) for m in mappings) == self._seen[pid]:
-                return []
-        return self.scan(pid)
+        mappings = self._maps.changed(pid)
+        if mappings is None:
+            return []
+        return self._scan_mappings(pid, mappings)
 
     def pids(self) -> list[int]:
-        return list(self._seen)
+        return self._maps.pids()
 
     def forget(self, pid: int) -> None:
-        self._seen.pop(pid, None)
+        self._maps.forget(pid)
         for attachment in self.attached.pop(pid, []):
             self._detach(attachment)
 
     def close(self) -> None:
-        for pid in list(self._seen) + list(self.attached):
+        for pid in self._maps.pids() + list(self.attached):
             self.forget(pid)
 
     # -- BCC -----------------------------------------------------------------

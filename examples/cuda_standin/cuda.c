@@ -1,0 +1,171 @@
+/* Stand-in for the CUDA driver (libcuda.so.1): the real entry points' names and
+ * signatures (cuda.h), no GPU. "Device memory" is host memory from malloc, so
+ * copies really copy. Delays: CUDA_STANDIN_SYNC_US (synchronisations),
+ * CUDA_STANDIN_COPY_US (copies), CUDA_STANDIN_ALLOC_US (allocations). */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include "standin.h"
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+typedef void *CUfunction;
+typedef void *CUstream;
+typedef void *CUgraphExec;
+typedef struct CUlaunchConfig_st {
+    unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+    CUstream hStream;
+    void *attrs;
+    unsigned int numAttrs;
+} CUlaunchConfig;
+
+#define CUDA_SUCCESS 0
+#define CUDA_ERROR_INVALID_VALUE 1
+
+static volatile unsigned long launches; /* keeps the launch calls from being optimised away */
+
+CUresult cuInit(unsigned int flags) { (void)flags; return CUDA_SUCCESS; }
+
+CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                        unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                        unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
+{
+    (void)f; (void)gridDimX; (void)gridDimY; (void)gridDimZ; (void)blockDimX; (void)blockDimY;
+    (void)blockDimZ; (void)sharedMemBytes; (void)hStream; (void)kernelParams; (void)extra;
+    launches++;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
+{
+    (void)config; (void)f; (void)kernelParams; (void)extra;
+    launches++;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
+                                   unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ,
+                                   unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
+{
+    (void)f; (void)gridDimX; (void)gridDimY; (void)gridDimZ; (void)blockDimX; (void)blockDimY;
+    (void)blockDimZ; (void)sharedMemBytes; (void)hStream; (void)kernelParams;
+    launches++;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+    (void)hGraphExec; (void)hStream;
+    launches++;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    standin_delay("CUDA_STANDIN_ALLOC_US");
+    void *p = malloc(bytesize ? bytesize : 1);
+    if (!dptr || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    *dptr = (CUdeviceptr)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    free((void *)(uintptr_t)dptr);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+    (void)Flags;
+    standin_delay("CUDA_STANDIN_ALLOC_US");
+    *pp = malloc(bytesize ? bytesize : 1);
+    return *pp ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+CUresult cuMemFreeHost(void *p)
+{
+    free(p);
+    return CUDA_SUCCESS;
+}
+
+static CUresult copy(void *dst, const void *src, size_t n)
+{
+    standin_delay("CUDA_STANDIN_COPY_US");
+    if (n && (!dst || !src))
+        return CUDA_ERROR_INVALID_VALUE;
+    memmove(dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+    return copy((void *)(uintptr_t)dstDevice, srcHost, ByteCount);
+}
+
+CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy(dstHost, (const void *)(uintptr_t)srcDevice, ByteCount);
+}
+
+CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+    return copy((void *)(uintptr_t)dstDevice, (const void *)(uintptr_t)srcDevice, ByteCount);
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
+{
+    (void)hStream;
+    return copy((void *)(uintptr_t)dstDevice, srcHost, ByteCount);
+}
+
+CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
+{
+    (void)hStream;
+    return copy(dstHost, (const void *)(uintptr_t)srcDevice, ByteCount);
+}
+
+CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
+{
+    (void)hStream;
+    return copy((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, ByteCount);
+}
+
+CUresult cuStreamSynchronize(CUstream hStream)
+{
+    (void)hStream;
+    standin_delay("CUDA_STANDIN_SYNC_US");
+    return CUDA_SUCCESS;
+}
+
+CUresult cuCtxSynchronize(void)
+{
+    standin_delay("CUDA_STANDIN_SYNC_US");
+    return CUDA_SUCCESS;
+}
+
+/* Not probed (called many times per launch by real frameworks); here so a test can prove it is not. */
+CUresult cuCtxGetDevice(int *device)
+{
+    *device = 0;
+    return CUDA_SUCCESS;
+}
+
+/* Not CUDA: loops for bench/gpu_probe_cost.py, so a probe's cost is timed without ctypes in the
+ * loop. Calls go through volatile function pointers: never inlined, each reaches the probed entry. */
+CUresult (*volatile standin_launch_fn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
+                                       unsigned int, unsigned int, unsigned int, CUstream, void **, void **) = cuLaunchKernel;
+CUresult (*volatile standin_sync_fn)(CUstream) = cuStreamSynchronize;
+
+void standin_bench_launches(long n)
+{
+    for (long i = 0; i < n; i++)
+        standin_launch_fn(NULL, 1, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+}
+
+void standin_bench_syncs(long n)
+{
+    for (long i = 0; i < n; i++)
+        standin_sync_fn(NULL);
+}

@@ -1,0 +1,57 @@
+"""One NCCL rank of a communicator: ncclCommInitRank, then --collectives
+ncclAllReduce calls, each after --delay-ms when this rank is --slow-rank (a
+rank that enters late and holds the others back). Runs on the stand-in
+libnccl.so.2 (examples/cuda_standin) with NCCL_STANDIN_BARRIER=1, so ranks in
+separate processes wait for each other like real ones.
+
+Prints "ready" once the library is loaded, waits for a line on stdin, runs,
+prints "done". The communicator is named by --id (hex, up to 16 bytes: the
+start of the 128-byte ncclUniqueId; the rest is zeros).
+"""
+
+import argparse
+import ctypes
+import os
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NCCL_FLOAT32, NCCL_SUM = 7, 0
+
+
+class UniqueId(ctypes.Structure):
+    _fields_ = [("internal", ctypes.c_char * 128)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rank", type=int, required=True)
+    parser.add_argument("--nranks", type=int, required=True)
+    parser.add_argument("--id", required=True, help="hex bytes starting the ncclUniqueId")
+    parser.add_argument("--collectives", type=int, default=30)
+    parser.add_argument("--count", type=int, default=1 << 20, help="float32 elements per all-reduce")
+    parser.add_argument("--slow-rank", type=int, default=-1)
+    parser.add_argument("--delay-ms", type=float, default=20.0)
+    parser.add_argument("--lib-dir", default=os.path.join(HERE, "cuda_standin", "build"))
+    args = parser.parse_args()
+    os.environ.setdefault("NCCL_STANDIN_BARRIER", "1")
+    nccl = ctypes.CDLL(os.path.join(args.lib_dir, "libnccl.so.2"))
+    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
+    nccl.ncclAllReduce.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 2
+    nccl.ncclCommDestroy.argtypes = [ctypes.c_void_p]
+    print("ready", flush=True)
+    sys.stdin.readline()
+    unique = UniqueId()
+    ctypes.memmove(ctypes.addressof(unique), bytes.fromhex(args.id).ljust(128, b"\0"), 128)  # (c_char arrays stop at a NUL)
+    comm = ctypes.c_void_p()
+    assert nccl.ncclCommInitRank(ctypes.byref(comm), args.nranks, unique, args.rank) == 0
+    for _ in range(args.collectives):
+        if args.rank == args.slow_rank:
+            time.sleep(args.delay_ms / 1000)
+        assert nccl.ncclAllReduce(None, None, args.count, NCCL_FLOAT32, NCCL_SUM, comm, None) == 0
+    nccl.ncclCommDestroy(comm)
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,541 @@
+"""CUDA and NCCL calls as spans, and kernel launch counts on request spans.
+
+The GPU uprobes (otelbpf/sources/gpu.py) turn each *timeline* call (copies,
+synchronisations, allocations, pinning, NCCL collectives and communicator
+set-up) into a :class:`~otelbpf.events.CallEvent` whose ``library`` is
+``cuda`` (runtime and driver) or ``nccl``. The pipeline asks the linker for
+its identity (``Linker.start_call``: an INTERNAL child of the request the
+thread serves, or a root when it serves none) and :class:`CudaCalls` /
+:class:`NcclCalls` build the span: named by the API function
+(``cudaMemcpy``, ``cuMemcpyHtoDAsync_v2``, ``ncclAllReduce``), arguments
+decoded from the argument registers (x86-64 / arm64 calling convention: the
+first six integer arguments; a struct passed by value on the stack, like
+``ncclUniqueId``, takes no register).
+
+Kernel launches are not calls here: bpf/gpu.c counts them per thread and the
+thread's next timeline call carries the count (``CallEvent.launches``, with
+the time of the first). :class:`GpuState` books the count under the call's
+parent span; :class:`LaunchCountingConsumer` writes the total on that
+request span (``otelbpf.gpu.kernel_launches``) when it leaves the pipeline,
+counting only launches made after the request started (a count that began
+before belongs partly to something else: it is counted in
+``otelbpf.gpu.launches.unattributed`` instead of being guessed).
+
+Pageable copies: a host pointer not inside memory the agent saw pinned
+(cudaHostAlloc, cudaMallocHost, cudaHostRegister, cuMemHostAlloc...) in that
+process. Memory pinned before the agent started looks pageable: say so in
+docs/gpu.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import platform
+import statistics
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+from otelbpf import semconv as sc
+from otelbpf.events import CallEvent
+from otelbpf.identity import SpanStart
+from otelbpf.model import AttributeValue, SpanRecord, StatusCode
+
+#: cudaMemcpyKind / the direction a driver copy function names.
+MEMCPY_KINDS = {0: "host_to_host", 1: "host_to_device", 2: "device_to_host", 3: "device_to_device", 4: "default"}
+
+#: ncclDataType_t -> (name, bytes per element) (nccl.h).
+NCCL_DATATYPES = {
+    0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8), 5: ("uint64", 8),
+    6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8), 9: ("bfloat16", 2), 10: ("float8e4m3", 1),
+    11: ("float8e5m2", 1),
+}
+#: ncclRedOp_t built-in reductions.
+NCCL_REDUCE_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
+
+log = logging.getLogger("otelbpf")
+
+#: Where ncclCommInitRank's rank is: the 128-byte ncclUniqueId takes no register on x86-64
+#: (by value, on the stack: rank is the third integer argument register) but one on arm64
+#: (a composite over 16 bytes goes by reference: rank is the fourth).
+NCCL_RANK_REGISTER = 3 if platform.machine() == "aarch64" else 2
+#: ncclUniqueId bytes are read (from the stack) on x86-64 only (otelbpf/sources/gpu.py).
+NCCL_ID_ON_STACK = platform.machine() == "x86_64"
+
+#: Parent spans whose launches are remembered at once (the oldest is dropped beyond).
+MAX_LEDGER = 65536
+#: Pinned ranges and live allocations remembered per process.
+MAX_RANGES = 65536
+
+
+def _int32(value: int) -> int:
+    """A C ``int`` from a 64-bit register."""
+    value &= 0xFFFFFFFF
+    return value - (1 << 32) if value & 0x80000000 else value
+
+
+@dataclass
+class ProcessMemory:
+    """What one process pinned and allocated, as the agent saw it."""
+
+    #: sorted starts of pinned host ranges, and start -> end
+    pinned_starts: list[int] = field(default_factory=list)
+    pinned: dict[int, int] = field(default_factory=dict)
+    #: device address (or cuMemCreate handle) -> bytes
+    allocations: dict[int, int] = field(default_factory=dict)
+    reserved: int = 0
+    reserved_high: int = 0
+
+    def pin(self, start: int, size: int) -> None:
+        if not start or size <= 0 or len(self.pinned) >= MAX_RANGES:
+            return
+        if start not in self.pinned:
+            bisect.insort(self.pinned_starts, start)
+        self.pinned[start] = start + size
+
+    def unpin(self, start: int) -> None:
+        if self.pinned.pop(start, None) is not None:
+            self.pinned_starts.remove(start)
+
+    def is_pinned(self, address: int) -> bool:
+        i = bisect.bisect_right(self.pinned_starts, address) - 1
+        return i >= 0 and address < self.pinned[self.pinned_starts[i]]
+
+    def allocate(self, address: int, size: int) -> None:
+        if not address or size < 0 or len(self.allocations) >= MAX_RANGES:
+            return
+        self.reserved += size - self.allocations.get(address, 0)
+        self.allocations[address] = size
+        self.reserved_high = max(self.reserved_high, self.reserved)
+
+    def release(self, address: int) -> int | None:
+        """Bytes of the allocation at ``address`` (None: not seen allocated)."""
+        size = self.allocations.pop(address, None)
+        if size is not None:
+            self.reserved -= size
+        return size
+
+
+class GpuState:
+    """Shared by the CUDA and NCCL semantics and the launch-counting consumer of one pipeline."""
+
+    def __init__(self, counters=None) -> None:
+        self.counters = counters
+        self.processes: dict[int, ProcessMemory] = {}
+        #: parent span id -> [(first launch ns, launches)] booked by its children's calls
+        self.launches: OrderedDict[bytes, list[tuple[int, int]]] = OrderedDict()
+        #: launches per process (including those outside any request)
+        self.launches_by_pid: dict[int, int] = {}
+        self.stragglers = StragglerDetector(counters)
+
+    def memory(self, pid: int) -> ProcessMemory:
+        memory = self.processes.get(pid)
+        if memory is None:
+            memory = self.processes[pid] = ProcessMemory()
+        return memory
+
+    def forget(self, pid: int) -> None:
+        self.processes.pop(pid, None)
+        self.launches_by_pid.pop(pid, None)
+        self.stragglers.forget(pid)
+
+    def memory_gauges(self) -> dict[int, list[tuple[str, str, str, int]]]:
+        """pid -> its GPU memory gauges, for processes that allocated any (read by the metrics thread)."""
+        out = {}
+        for pid, memory in list(self.processes.items()):
+            if memory.reserved_high:
+                out[pid] = [
+                    (sc.OTELBPF_GPU_MEMORY_RESERVED, "GPU memory reserved by the process's CUDA allocation calls"
+                     " (allocated - freed, as seen since the agent started)", "By", memory.reserved),
+                    (sc.OTELBPF_GPU_MEMORY_RESERVED_MAX, "High-water mark of otelbpf.gpu.memory.reserved", "By",
+                     memory.reserved_high),
+                ]
+        return out
+
+    def book_launches(self, start: SpanStart, call: CallEvent) -> None:
+        if not call.launches:
+            return
+        self.launches_by_pid[call.pid] = self.launches_by_pid.get(call.pid, 0) + call.launches
+        if not start.parent_span_id:
+            self._count("otelbpf.gpu.launches.outside_requests", call.launches)
+            return
+        self.launches.setdefault(start.parent_span_id, []).append((call.first_launch_ns, call.launches))
+        if len(self.launches) > MAX_LEDGER:
+            self.launches.popitem(last=False)
+            self._count("otelbpf.gpu.launches.evicted")
+
+    def take_launches(self, span: SpanRecord) -> int | None:
+        """Launches made while ``span`` was being served (None: none booked under it)."""
+        booked = self.launches.pop(span.span_id, None)
+        if booked is None:
+            return None
+        total = 0
+        for first_ns, count in booked:
+            if first_ns >= span.start_ns:
+                total += count
+            else:
+                self._count("otelbpf.gpu.launches.unattributed", count)
+        return total
+
+    def _count(self, name: str, value: int = 1) -> None:
+        if self.counters is not None:
+            self.counters.add(name, value)
+
+
+def _finish(start: SpanStart, call: CallEvent, scope: str, attrs: dict[str, AttributeValue], failed: str) -> SpanRecord:
+    attrs[sc.THREAD_ID] = start.tid
+    if start.association:
+        attrs[sc.OTELBPF_ASSOCIATION] = start.association
+    return SpanRecord(
+        trace_id=start.trace_id,
+        span_id=start.span_id,
+        parent_span_id=start.parent_span_id,
+        name=call.function,
+        kind=start.kind,
+        start_ns=call.ts_ns,
+        end_ns=max(call.end_ns, call.ts_ns),
+        pid=start.pid,
+        attributes=attrs,
+        status_code=StatusCode.ERROR if failed else StatusCode.UNSET,
+        status_message=failed,
+        trace_state=start.trace_state,
+        scope=f"otelbpf.{scope}",
+        protocol=scope,
+    )
+
+
+# -- CUDA -------------------------------------------------------------------------------------
+
+#: function -> (index of dst, index of src, index of byte count, kind or index of kind arg as ("arg", i), stream index or None)
+_COPIES: dict[str, tuple[int, int, int, object, int | None]] = {
+    "cudaMemcpy": (0, 1, 2, ("arg", 3), None),
+    "cudaMemcpyAsync": (0, 1, 2, ("arg", 3), 4),
+    "cuMemcpy": (0, 1, 2, 4, None),
+    "cuMemcpyAsync": (0, 1, 2, 4, 3),
+    "cuMemcpyHtoD_v2": (0, 1, 2, 1, None),
+    "cuMemcpyDtoH_v2": (0, 1, 2, 2, None),
+    "cuMemcpyDtoD_v2": (0, 1, 2, 3, None),
+    "cuMemcpyHtoDAsync_v2": (0, 1, 2, 1, 3),
+    "cuMemcpyDtoHAsync_v2": (0, 1, 2, 2, 3),
+    "cuMemcpyDtoDAsync_v2": (0, 1, 2, 3, 3),
+}
+#: allocations: function -> (size index, stream index or None); the address is the out-pointer (CallEvent.out0)
+_DEVICE_ALLOCS = {"cudaMalloc": (1, None), "cudaMallocAsync": (1, 2), "cuMemAlloc_v2": (1, None),
+                  "cuMemAllocAsync": (1, 2), "cuMemCreate": (1, None)}
+#: frees: function -> stream index or None; the address (or handle) is the first argument
+_DEVICE_FREES = {"cudaFree": None, "cudaFreeAsync": 1, "cuMemFree_v2": None, "cuMemFreeAsync": 1, "cuMemRelease": None}
+#: pinning with an out-pointer: function -> size index
+_HOST_ALLOCS = {"cudaHostAlloc": 1, "cudaMallocHost": 1, "cuMemHostAlloc": 1, "cuMemAllocHost_v2": 1}
+#: pinning existing memory: function -> (address index, size index)
+_HOST_REGISTERS = {"cudaHostRegister": (0, 1), "cuMemHostRegister_v2": (0, 1)}
+_HOST_FREES = {"cudaFreeHost", "cuMemFreeHost", "cudaHostUnregister", "cuMemHostUnregister"}
+#: synchronisations: function -> stream index or None
+_SYNCS = {"cudaDeviceSynchronize": None, "cudaStreamSynchronize": 0, "cudaEventSynchronize": None,
+          "cuCtxSynchronize": None, "cuStreamSynchronize": 0, "cuEventSynchronize": None}
+
+#: Every CUDA function the spans know (otelbpf/sources/gpu.py probes these).
+CUDA_FUNCTIONS = tuple(_COPIES) + tuple(_DEVICE_ALLOCS) + tuple(_DEVICE_FREES) + tuple(_HOST_ALLOCS) + tuple(
+    _HOST_REGISTERS
+) + tuple(sorted(_HOST_FREES)) + tuple(_SYNCS) + ("cuMemMap",)
+#: Those whose first argument is an out-pointer to read at return.
+CUDA_OUT_POINTER_FUNCTIONS = tuple(_DEVICE_ALLOCS) + tuple(_HOST_ALLOCS)
+
+
+class CudaCalls:
+    """CUDA runtime and driver calls (``CallEvent.library == "cuda"``) as spans."""
+
+    library = sc.OTELBPF_SCOPE_CUDA
+
+    def __init__(self, state: GpuState) -> None:
+        self.state = state
+
+    def span(self, start: SpanStart, call: CallEvent) -> SpanRecord | None:
+        self.state.book_launches(start, call)
+        attrs: dict[str, AttributeValue] = {}
+        args = call.args + (0,) * (6 - len(call.args))
+        code = _int32(call.ret)
+        ok = code == 0
+        self._describe(call, args, ok, attrs)
+        if not ok:
+            attrs[sc.OTELBPF_GPU_ERROR_CODE] = code
+        return _finish(start, call, self.library, attrs, "" if ok else f"CUDA error {code}")
+
+    def _describe(self, call: CallEvent, args: tuple[int, ...], ok: bool, attrs: dict[str, AttributeValue]) -> None:
+        name = call.function
+        memory = self.state.memory(call.pid)
+        if name in _COPIES:
+            dst_i, src_i, count_i, kind, stream_i = _COPIES[name]
+            kind_code = args[kind[1]] if isinstance(kind, tuple) else kind
+            kind_name = MEMCPY_KINDS.get(kind_code, "unknown")
+            attrs[sc.OTELBPF_GPU_MEMCPY_KIND] = kind_name
+            attrs[sc.OTELBPF_GPU_MEMCPY_BYTES] = args[count_i]
+            host = args[src_i] if kind_name == "host_to_device" else args[dst_i] if kind_name == "device_to_host" else 0
+            if host:
+                attrs[sc.OTELBPF_GPU_MEMCPY_PAGEABLE] = not memory.is_pinned(host)
+            if stream_i is not None:
+                attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
+        elif name in _DEVICE_ALLOCS:
+            size_i, stream_i = _DEVICE_ALLOCS[name]
+            attrs[sc.OTELBPF_GPU_MEMORY_BYTES] = args[size_i]
+            if ok and call.out0:
+                attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = call.out0
+                memory.allocate(call.out0, args[size_i])
+            if stream_i is not None:
+                attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
+        elif name in _DEVICE_FREES:
+            attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = args[0]
+            size = memory.release(args[0]) if ok else None
+            if size is not None:
+                attrs[sc.OTELBPF_GPU_MEMORY_BYTES] = size
+            stream_i = _DEVICE_FREES[name]
+            if stream_i is not None:
+                attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
+        elif name in _HOST_ALLOCS:
+            size = args[_HOST_ALLOCS[name]]
+            attrs[sc.OTELBPF_GPU_MEMORY_BYTES] = size
+            if ok and call.out0:
+                attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = call.out0
+                memory.pin(call.out0, size)
+        elif name in _HOST_REGISTERS:
+            addr_i, size_i = _HOST_REGISTERS[name]
+            attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = args[addr_i]
+            attrs[sc.OTELBPF_GPU_MEMORY_BYTES] = args[size_i]
+            if ok:
+                memory.pin(args[addr_i], args[size_i])
+        elif name in _HOST_FREES:
+            attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = args[0]
+            if ok:
+                memory.unpin(args[0])
+        elif name in _SYNCS:
+            stream_i = _SYNCS[name]
+            if stream_i is not None:
+                attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
+
+
+# -- NCCL -------------------------------------------------------------------------------------
+
+#: collective -> (count index, datatype index, reduce-op index, root/peer (attribute, index), communicator index)
+_COLLECTIVES: dict[str, tuple[int, int, int | None, tuple[str, int] | None, int | None]] = {
+    "ncclAllReduce": (2, 3, 4, None, 5),
+    "ncclAllGather": (2, 3, None, None, 4),
+    "ncclReduceScatter": (2, 3, 4, None, 5),
+    "ncclBroadcast": (2, 3, None, (sc.OTELBPF_NCCL_ROOT, 4), 5),
+    "ncclReduce": (2, 3, 4, (sc.OTELBPF_NCCL_ROOT, 5), None),  # comm is the 7th argument: on the stack
+    "ncclSend": (1, 2, None, (sc.OTELBPF_NCCL_PEER, 3), 4),
+    "ncclRecv": (1, 2, None, (sc.OTELBPF_NCCL_PEER, 3), 4),
+}
+#: communicator set-up: (comm**, int nranks, ncclUniqueId by value (128 bytes: on the stack), int rank, ...)
+_COMM_INITS = ("ncclCommInitRank", "ncclCommInitRankConfig")
+NCCL_FUNCTIONS = tuple(_COLLECTIVES) + _COMM_INITS + ("ncclCommDestroy",)
+NCCL_OUT_POINTER_FUNCTIONS = _COMM_INITS
+
+
+class NcclCalls:
+    """NCCL calls (``CallEvent.library == "nccl"``) as spans."""
+
+    library = sc.OTELBPF_SCOPE_NCCL
+
+    def __init__(self, state: GpuState) -> None:
+        self.state = state
+
+    def span(self, start: SpanStart, call: CallEvent) -> SpanRecord | None:
+        self.state.book_launches(start, call)
+        args = call.args + (0,) * (6 - len(call.args))
+        attrs: dict[str, AttributeValue] = {}
+        name = call.function
+        if name in _COLLECTIVES:
+            count_i, type_i, op_i, other, comm_i = _COLLECTIVES[name]
+            attrs[sc.OTELBPF_NCCL_OPERATION] = name[4:]
+            count = args[count_i]
+            attrs[sc.OTELBPF_NCCL_COUNT] = count
+            datatype = NCCL_DATATYPES.get(_int32(args[type_i]))
+            if datatype is not None:
+                attrs[sc.OTELBPF_NCCL_DATATYPE] = datatype[0]
+                attrs[sc.OTELBPF_NCCL_BYTES] = count * datatype[1]
+            if op_i is not None:
+                attrs[sc.OTELBPF_NCCL_REDUCE_OP] = NCCL_REDUCE_OPS.get(_int32(args[op_i]), "custom")
+            if other is not None:
+                attrs[other[0]] = _int32(args[other[1]])
+            if comm_i is not None:
+                attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[comm_i]:x}"
+                self.state.stragglers.entered(call.pid, args[comm_i], name[4:], call.ts_ns)
+        elif name in _COMM_INITS:
+            nranks, rank = _int32(args[1]), _int32(args[NCCL_RANK_REGISTER])
+            attrs[sc.OTELBPF_NCCL_NRANKS] = nranks
+            attrs[sc.OTELBPF_NCCL_RANK] = rank
+            unique_id = (args[4].to_bytes(8, "little") + args[5].to_bytes(8, "little")).hex() if NCCL_ID_ON_STACK else ""
+            if unique_id:
+                attrs[sc.OTELBPF_NCCL_UNIQUE_ID] = unique_id
+            if call.out0:
+                attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{call.out0:x}"
+                if unique_id and _int32(call.ret) == 0:
+                    self.state.stragglers.joined(call.pid, call.out0, unique_id, rank, nranks)
+        elif name == "ncclCommDestroy":
+            attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[0]:x}"
+            self.state.stragglers.left(call.pid, args[0])
+        result = _int32(call.ret)
+        if result:
+            attrs[sc.OTELBPF_NCCL_RESULT] = result
+        return _finish(start, call, self.library, attrs, f"NCCL result {result}" if result else "")
+
+
+# -- slow ranks -------------------------------------------------------------------------------
+
+#: Collectives judged per communicator (the last ones), and how many before any verdict.
+STRAGGLER_WINDOW = 30
+STRAGGLER_MIN_SEEN = 10
+#: A rank is named when it entered last in at least this share of the window...
+STRAGGLER_SHARE = 0.8
+#: ... with a median lateness of at least this (below it, last is scheduling noise).
+STRAGGLER_MIN_LATE_NS = 1_000_000
+#: A rank is named again for the same communicator no sooner than this.
+STRAGGLER_REPEAT_NS = 60_000_000_000
+#: Collectives waiting for the other ranks' entries, at most (the oldest are dropped).
+MAX_OPEN_COLLECTIVES = 4096
+
+_OP_PLURALS = {"AllReduce": "all-reduces", "AllGather": "all-gathers", "ReduceScatter": "reduce-scatters",
+               "Broadcast": "broadcasts", "Send": "sends", "Recv": "receives"}
+
+
+@dataclass
+class _Member:
+    """One rank's handle of a communicator, in its process."""
+
+    unique_id: str
+    rank: int
+    nranks: int
+    seq: int = 0
+
+
+class StragglerDetector:
+    """Which rank holds a communicator's collectives back, across the ranks'
+    processes on this node.
+
+    A communicator is matched across processes by its ncclUniqueId (read at
+    ncclCommInitRank); each rank's n-th collective on it is the same
+    collective (NCCL requires every rank to call them in the same order).
+    When every rank's entry of a collective is in, the rank that entered last
+    (and so spends the least time inside, waiting for nobody) is noted with
+    how late it was (its entry minus the median of the others'). A rank last
+    in at least 80% of the last 30 collectives, with a median lateness of at
+    least 1 ms, is named in the agent's log; no rank is named otherwise.
+    """
+
+    def __init__(self, counters=None) -> None:
+        self.counters = counters
+        self.members: dict[tuple[int, int], _Member] = {}
+        #: (unique id, seq) -> rank -> entry ns
+        self.open: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
+        #: unique id -> deque of (last rank, lateness ns, operation)
+        self.history: dict[str, deque] = {}
+        #: (unique id, rank) -> when it was last named
+        self.named: dict[tuple[str, int], int] = {}
+
+    def joined(self, pid: int, comm: int, unique_id: str, rank: int, nranks: int) -> None:
+        if 1 < nranks <= 65536 and 0 <= rank < nranks:
+            self.members[(pid, comm)] = _Member(unique_id, rank, nranks)
+
+    def left(self, pid: int, comm: int) -> None:
+        self.members.pop((pid, comm), None)
+
+    def forget(self, pid: int) -> None:
+        for key in [k for k in self.members if k[0] == pid]:
+            del self.members[key]
+
+    def entered(self, pid: int, comm: int, operation: str, ts_ns: int) -> str | None:
+        """A collective entered by one rank; the warning line if this completes a verdict naming a rank."""
+        member = self.members.get((pid, comm))
+        if member is None:
+            return None
+        member.seq += 1
+        key = (member.unique_id, member.seq)
+        entries = self.open.get(key)
+        if entries is None:
+            entries = self.open[key] = {}
+            if len(self.open) > MAX_OPEN_COLLECTIVES:
+                self.open.popitem(last=False)
+        entries[member.rank] = ts_ns
+        if len(entries) < member.nranks:
+            return None
+        del self.open[key]
+        return self._judge(member, entries, operation, ts_ns)
+
+    def _judge(self, member: _Member, entries: dict[int, int], operation: str, now_ns: int) -> str | None:
+        last_rank = max(entries, key=entries.__getitem__)
+        others = [ts for rank, ts in entries.items() if rank != last_rank]
+        lateness = entries[last_rank] - statistics.median(others)
+        history = self.history.setdefault(member.unique_id, deque(maxlen=STRAGGLER_WINDOW))
+        history.append((last_rank, lateness, operation))
+        if len(history) < STRAGGLER_MIN_SEEN:
+            return None
+        counts: dict[int, int] = {}
+        for rank, _late, _op in history:
+            counts[rank] = counts.get(rank, 0) + 1
+        rank, times = max(counts.items(), key=lambda item: item[1])
+        if times < STRAGGLER_SHARE * len(history):
+            return None
+        median_late = statistics.median(late for r, late, _op in history if r == rank)
+        if median_late < STRAGGLER_MIN_LATE_NS:
+            return None
+        named = (member.unique_id, rank)
+        if now_ns - self.named.get(named, -STRAGGLER_REPEAT_NS) < STRAGGLER_REPEAT_NS:
+            return None
+        self.named[named] = now_ns
+        operations = {op for _r, _l, op in history}
+        what = _OP_PLURALS.get(operation, "collectives") if len(operations) == 1 else "collectives"
+        line = (
+            f"otelbpf: straggler: rank {rank} of communicator {member.unique_id[:8]}… entered last in {times} of "
+            f"{len(history)} {what} (median {median_late / 1e6:.0f} ms late)"
+        )
+        log.warning("%s", line)
+        if self.counters is not None:
+            self.counters.add("otelbpf.nccl.stragglers_named")
+        return line
+
+
+# -- wiring -----------------------------------------------------------------------------------
+
+
+class LaunchCountingConsumer:
+    """Wraps a pipeline's span consumer: a request span under which GPU calls
+    booked kernel launches leaves with ``otelbpf.gpu.kernel_launches``."""
+
+    def __init__(self, consumer, state: GpuState) -> None:
+        self._consumer = consumer
+        self.state = state
+
+    def on_end(self, span: SpanRecord) -> None:
+        if self.state.launches:
+            launches = self.state.take_launches(span)
+            if launches is not None:
+                span.attributes[sc.OTELBPF_GPU_KERNEL_LAUNCHES] = launches
+        self._consumer.on_end(span)
+
+    def __getattr__(self, name):
+        return getattr(self._consumer, name)
+
+
+def attach(pipeline) -> GpuState:
+    """Give ``pipeline`` GPU call spans (CUDA, NCCL) and launch counts on request spans."""
+    existing = pipeline.registry.call_semantics(sc.OTELBPF_SCOPE_CUDA)
+    if existing is not None and hasattr(existing, "state"):
+        return existing.state
+    state = GpuState(pipeline.counters)
+    pipeline.registry.register_calls(CudaCalls(state))
+    pipeline.registry.register_calls(NcclCalls(state))
+    pipeline.consumer = LaunchCountingConsumer(pipeline.consumer, state)
+    exited = pipeline.on_process_exit
+
+    def on_process_exit(pid: int) -> None:
+        state.forget(pid)
+        if exited is not None:
+            exited(pid)
+
+    pipeline.on_process_exit = on_process_exit
+    return state
+
+
+def state_of(pipeline) -> GpuState | None:
+    """The GPU state :func:`attach` gave ``pipeline`` (None: not attached)."""
+    semantics = pipeline.registry.call_semantics(sc.OTELBPF_SCOPE_CUDA)
+    return getattr(semantics, "state", None)

@@ -1,0 +1,259 @@
+"""Real eBPF, real processes: CUDA runtime/driver and NCCL calls under the requests that made them.
+
+No GPU: examples/gpu_inference_server.py calls the stand-in libraries of
+examples/cuda_standin (real symbol names, signatures, versions and aliases;
+the runtime calls the driver like the real one) through ctypes from its
+request handlers. The server loads them on its first GPU request, after the
+agent started, so every test also proves that a library loaded later is
+found and probed. Requests go through curl; spans are read from the OTLP
+JSON file the agent writes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+
+import pytest
+from conftest import EXAMPLES, ROOT, wait_until
+from otlp_receiver import attributes_dict
+from test_ebpf_http import spans_in_file
+
+from otelbpf.metrics import read_metrics_json_file
+
+pytestmark = pytest.mark.ebpf
+
+STANDIN = ROOT / "examples" / "cuda_standin"
+SERVER, INTERNAL = 2, 1  # OTLP SpanKind
+SYNC_US, COPY_US = 30_000, 8_000
+
+
+@pytest.fixture(scope="module", autouse=True)
+def standin_libraries():
+    """Built by scripts/install.sh; built here too so the test runs after a plain checkout."""
+    subprocess.run(["make", "-s", "-C", str(STANDIN)], check=True)
+
+
+def curl(port: int, path: str) -> dict:
+    out = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if out.stdout else {}
+
+
+@pytest.fixture
+def traced_server(services, agent, tmp_path):
+    """The inference server (delays set), the agent tracing it, and its GPU libraries loaded and probed."""
+    server = services(
+        [str(EXAMPLES / "gpu_inference_server.py"), "--port", "0"],
+        env={"CUDA_STANDIN_SYNC_US": str(SYNC_US), "CUDA_STANDIN_COPY_US": str(COPY_US)},
+    )
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(server.pid), "--json-file", str(out), "--metrics-json-file", str(tmp_path / "metrics.json")])
+    assert "cuda_standin" not in open(f"/proc/{server.pid}/maps").read()  # not loaded yet
+    curl(server.port, "/health")
+    curl(server.port, "/load")  # loads the libraries and calls nothing (no call can race the attaching)
+    for name in ("libcudart.so.12", "libcuda.so.1", "libnccl.so.2"):
+        probing = f"GPU: pid {server.pid}: probing {STANDIN}/build/{name} "
+        assert wait_until(lambda: probing in run.output, timeout=15), run.output
+    return server, run, out
+
+
+def by_trace(spans) -> dict:
+    """url.path (or span name) of each SERVER span -> (server span, its children sorted by start)."""
+    servers = [s for s in spans if s.span.kind == SERVER]
+    out = {}
+    for server in servers:
+        children = [s for s in spans if s.span.parent_span_id == server.span.span_id]
+        out.setdefault(server.attributes["url.path"], []).append(
+            (server, sorted(children, key=lambda s: s.span.start_time_unix_nano))
+        )
+    return out
+
+
+def test_cuda_calls_are_child_spans_with_arguments_durations_and_launch_counts(traced_server):
+    server, run, out = traced_server
+    first = curl(server.port, "/infer?launches=7&bytes=3000")
+    second = curl(server.port, "/infer?launches=12&bytes=512")
+    pinned = curl(server.port, "/pinned?bytes=8192")
+    driver = curl(server.port, "/driver?launches=3")
+    assert run.stop() == 0
+
+    spans = spans_in_file(out)
+    traces = by_trace(spans)
+    infers = traces["/infer"]
+    assert len(infers) == 2
+    for (request, children), answer, size in ((infers[0], first, 3000), (infers[1], second, 512)):
+        names = [c.name for c in children]
+        # one span per operation: the driver calls the runtime made are not spans of their own
+        assert names == ["cudaMalloc", "cudaMemcpy", "cudaDeviceSynchronize", "cudaMemcpy", "cudaFree"]
+        assert request.attributes["otelbpf.gpu.kernel_launches"] == answer["launches"]
+        for child in children:
+            assert child.span.kind == INTERNAL and child.scope == "otelbpf.cuda"
+            assert child.span.trace_id == request.span.trace_id
+            assert request.span.start_time_unix_nano <= child.span.start_time_unix_nano
+            assert child.span.end_time_unix_nano <= request.span.end_time_unix_nano
+            assert child.attributes["thread.id"] > 0
+        malloc, h2d, sync, d2h, free = children
+        assert malloc.attributes["otelbpf.gpu.memory.bytes"] == size
+        assert malloc.attributes["otelbpf.gpu.memory.address"] == answer["device_ptr"]
+        assert free.attributes["otelbpf.gpu.memory.address"] == answer["device_ptr"]
+        assert free.attributes["otelbpf.gpu.memory.bytes"] == size  # known from the malloc
+        assert (h2d.attributes["otelbpf.gpu.memcpy.kind"], h2d.attributes["otelbpf.gpu.memcpy.bytes"]) == ("host_to_device", size)
+        assert (d2h.attributes["otelbpf.gpu.memcpy.kind"], d2h.attributes["otelbpf.gpu.memcpy.bytes"]) == ("device_to_host", size)
+        assert h2d.attributes["otelbpf.gpu.memcpy.pageable"] is True  # a ctypes buffer: pageable
+        assert duration_us(sync) >= SYNC_US and duration_us(h2d) >= COPY_US and duration_us(d2h) >= COPY_US
+        assert duration_us(malloc) < SYNC_US  # durations are the calls', not the request's
+
+    [(request, children)] = traces["/pinned"]
+    assert [c.name for c in children] == [
+        "cudaHostAlloc", "cudaMalloc", "cudaMemcpyAsync", "cudaStreamSynchronize", "cudaFree", "cudaFreeHost",
+    ]
+    host_alloc, _malloc, copy, _sync, _free, free_host = children
+    assert host_alloc.attributes["otelbpf.gpu.memory.address"] == pinned["host_ptr"] == free_host.attributes["otelbpf.gpu.memory.address"]
+    assert copy.attributes["otelbpf.gpu.memcpy.pageable"] is False  # from the cudaHostAlloc'ed buffer
+    assert copy.attributes["otelbpf.gpu.stream"] == 0
+    assert "otelbpf.gpu.kernel_launches" not in request.attributes  # launched nothing
+
+    [(request, children)] = traces["/driver"]
+    assert [c.name for c in children] == ["cuStreamSynchronize"]
+    assert request.attributes["otelbpf.gpu.kernel_launches"] == driver["launches"] == 4  # 3 cuLaunchKernelEx + 1 cuGraphLaunch
+
+
+def test_nccl_calls_decode_rank_bytes_and_communicator(traced_server):
+    server, run, out = traced_server
+    answer = curl(server.port, "/allreduce?count=100&rank=3&nranks=5")
+    assert run.stop() == 0
+
+    [(request, children)] = by_trace(spans_in_file(out))["/allreduce"]
+    assert [c.name for c in children] == ["ncclCommInitRank", "ncclAllReduce", "ncclCommDestroy"]
+    init, allreduce, destroy = children
+    assert all(c.scope == "otelbpf.nccl" and c.span.parent_span_id == request.span.span_id for c in children)
+    # the 128-byte ncclUniqueId went by value on the stack: the rank is the third integer register
+    assert (init.attributes["otelbpf.nccl.rank"], init.attributes["otelbpf.nccl.nranks"]) == (3, 5)
+    assert init.attributes["otelbpf.nccl.unique_id"] == bytes(range(16)).hex()  # read from the stack
+    comm = f"{answer['comm']:x}"
+    assert init.attributes["otelbpf.nccl.communicator"] == comm == destroy.attributes["otelbpf.nccl.communicator"]
+    attrs = allreduce.attributes
+    assert attrs["otelbpf.nccl.communicator"] == comm
+    assert (attrs["otelbpf.nccl.operation"], attrs["otelbpf.nccl.count"], attrs["otelbpf.nccl.datatype"]) == ("AllReduce", 100, "float32")
+    assert (attrs["otelbpf.nccl.bytes"], attrs["otelbpf.nccl.reduce_op"]) == (400, "sum")
+
+
+def test_gpu_memory_reserved_per_process_is_allocated_minus_freed(traced_server, tmp_path):
+    server, run, _out = traced_server
+    curl(server.port, "/keep?bytes=1000")
+    curl(server.port, "/keep?bytes=5000")
+    curl(server.port, "/infer?bytes=700")  # allocates and frees within the request
+    curl(server.port, "/release")  # frees the 1000
+    assert run.stop() == 0
+
+    last: dict[str, int] = {}
+    for request in read_metrics_json_file(tmp_path / "metrics.json"):
+        for resource_metrics in request.resource_metrics:
+            resource = attributes_dict(resource_metrics.resource.attributes)
+            for scope_metrics in resource_metrics.scope_metrics:
+                for metric in scope_metrics.metrics:
+                    if metric.name.startswith("otelbpf.gpu.memory.reserved"):
+                        assert resource["process.pid"] == server.pid and metric.unit == "By"
+                        last[metric.name] = metric.gauge.data_points[-1].as_int
+    assert last == {"otelbpf.gpu.memory.reserved": 5000, "otelbpf.gpu.memory.reserved.max": 6700}
+
+
+def duration_us(span) -> float:
+    return (span.span.end_time_unix_nano - span.span.start_time_unix_nano) / 1e3
+
+
+REAL_RUNTIME_SCRIPT = """
+import ctypes, sys
+import nvidia.cuda_runtime
+runtime = ctypes.CDLL(next(iter(nvidia.cuda_runtime.__path__)) + "/lib/libcudart.so.12")
+print("ready", flush=True)
+sys.stdin.readline()
+device = ctypes.c_void_p()
+host = ctypes.create_string_buffer(777)
+codes = [
+    runtime.cudaMalloc(ctypes.byref(device), ctypes.c_size_t(12345)),
+    runtime.cudaMemcpy(ctypes.c_void_p(0x1000), host, ctypes.c_size_t(777), 1),
+    runtime.cudaStreamSynchronize(ctypes.c_void_p(0x42)),
+]
+print(*codes, flush=True)
+"""
+
+
+def test_the_real_cuda_runtime_without_a_gpu_still_fires_the_probes(agent, tmp_path):
+    """libcudart.so.12 from the nvidia-cuda-runtime-cu12 wheel: with no GPU (no driver) each call
+    returns an error, but the versioned symbols are probed and the arguments decoded."""
+    script = tmp_path / "real_runtime.py"
+    script.write_text(REAL_RUNTIME_SCRIPT)
+    proc = subprocess.Popen(
+        [subprocess.sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        out = tmp_path / "spans.json"
+        run = agent(["--pid", str(proc.pid), "--json-file", str(out)])
+        assert "libcudart.so.12 (" in run.output and "nvidia/cuda_runtime/lib/libcudart.so.12" in run.output
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        codes = [int(c) for c in proc.stdout.readline().split()]
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(codes) == 3 and all(codes)  # no GPU here: every call fails (cudaErrorInsufficientDriver...)
+    assert run.stop() == 0
+
+    spans = sorted(
+        (s for s in spans_in_file(out) if s.scope == "otelbpf.cuda"), key=lambda s: s.span.start_time_unix_nano
+    )
+    assert [s.name for s in spans] == ["cudaMalloc", "cudaMemcpy", "cudaStreamSynchronize"]
+    malloc, copy, sync = spans
+    assert [s.attributes["otelbpf.gpu.error_code"] for s in spans] == codes
+    assert all(s.span.status.code == 2 for s in spans)  # ERROR
+    assert malloc.attributes["otelbpf.gpu.memory.bytes"] == 12345
+    assert "otelbpf.gpu.memory.address" not in malloc.attributes  # failed: no address
+    assert (copy.attributes["otelbpf.gpu.memcpy.kind"], copy.attributes["otelbpf.gpu.memcpy.bytes"]) == ("host_to_device", 777)
+    assert sync.attributes["otelbpf.gpu.stream"] == 0x42
+
+
+def test_the_rank_that_enters_collectives_late_is_named_and_no_other(agent, tmp_path):
+    """Two communicators on stand-in NCCL ranks (separate processes whose collectives wait for each
+    other): in the first, rank 2 enters every all-reduce 15 ms late; in the second no rank is late."""
+    slow_id, fair_id = os.urandom(8).hex(), os.urandom(8).hex()
+    ranks = []
+    try:
+        for comm_id, nranks, slow in ((slow_id, 4, 2), (fair_id, 3, -1)):
+            for rank in range(nranks):
+                ranks.append(
+                    subprocess.Popen(
+                        [subprocess.sys.executable, str(EXAMPLES / "nccl_ranks.py"), "--rank", str(rank), "--nranks",
+                         str(nranks), "--id", comm_id, "--slow-rank", str(slow), "--delay-ms", "15", "--collectives", "30"],
+                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                    )  # fmt: skip
+                )
+        assert all(p.stdout.readline().strip() == "ready" for p in ranks)
+        run = agent([arg for p in ranks for arg in ("--pid", str(p.pid))] + ["--json-file", str(tmp_path / "spans.json")])
+        for p in ranks:
+            assert f"GPU: pid {p.pid}: probing {STANDIN}/build/libnccl.so.2 " in run.output, run.output
+        for p in ranks:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        assert all(p.stdout.readline().strip() == "done" for p in ranks)
+        assert run.stop() == 0
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+        for comm_id in (slow_id, fair_id):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"/dev/shm/nccl-standin-{comm_id}")
+    named = [line for line in run.output.splitlines() if "straggler:" in line]
+    assert len(named) == 1, run.output
+    assert f"straggler: rank 2 of communicator {slow_id[:8]}… entered last in " in named[0]
+    assert " all-reduces (median 1" in named[0]  # 15 ms late (or a little more)
+    init_ids = {
+        s.attributes["otelbpf.nccl.unique_id"] for s in spans_in_file(tmp_path / "spans.json") if s.name == "ncclCommInitRank"
+    }
+    assert init_ids == {slow_id + "00" * 8, fair_id + "00" * 8}  # the ncclUniqueId, read from the stack

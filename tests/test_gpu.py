@@ -1,0 +1,166 @@
+"""GPU call semantics and library finding, without eBPF (tests/test_ebpf_gpu.py runs them for real)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from test_pipeline import IN, OUT, accepted, data, make_pipeline
+
+from otelbpf.events import CallEvent, ProcessStart
+from otelbpf.model import StatusCode
+from otelbpf.semantics import gpu
+from otelbpf.sources import gpu as gpu_probes
+from otelbpf.sources.libraries import is_candidate
+from otelbpf.sources.uprobes import ProbeSpec, resolve_symbols
+from conftest import ROOT
+
+STANDIN = ROOT / "examples" / "cuda_standin"
+GET = b"GET /infer HTTP/1.1\r\nHost: x\r\n\r\n"
+OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+
+
+@pytest.fixture(scope="module")
+def standin():
+    subprocess.run(["make", "-s", "-C", str(STANDIN)], check=True)
+    return STANDIN / "build"
+
+
+def served(*calls: CallEvent):
+    """A request on thread 101 of process 100 from t=10 to t=50, with ``calls`` in between (or around)."""
+    pipeline, out, counters = make_pipeline()
+    gpu.attach(pipeline)
+    events = [ProcessStart(1, 100, "server"), accepted(1, 100), data(10, 1, 100, IN, GET, tid=101)]
+    events += [c for c in calls if c.ts_ns < 50]
+    events.append(data(50, 1, 100, OUT, OK, tid=101))
+    events += [c for c in calls if c.ts_ns >= 50]
+    pipeline.handle(events)
+    pipeline.finish()
+    server = next(s for s in out.spans if s.scope == "otelbpf.http1")
+    return server, [s for s in out.spans if s is not server], counters
+
+
+def call(ts, end, function, args=(), library="cuda", ret=0, launches=0, first_launch=0, out0=0, tid=101):
+    return CallEvent(ts, end, 100, tid, library, function, args, ret, 0, launches, first_launch, out0)
+
+
+def test_launches_counted_after_the_request_started_land_on_it():
+    server, children, counters = served(
+        call(20, 22, "cudaDeviceSynchronize", launches=5, first_launch=15),
+        call(30, 31, "cudaMemcpy", (1, 2, 64, 2), launches=2, first_launch=25),
+    )
+    assert server.attributes["otelbpf.gpu.kernel_launches"] == 7
+    assert all(c.parent_span_id == server.span_id for c in children)
+
+
+def test_launches_that_began_before_the_request_are_not_guessed_onto_it():
+    server, _children, counters = served(call(20, 22, "cudaDeviceSynchronize", launches=4, first_launch=5))
+    assert server.attributes["otelbpf.gpu.kernel_launches"] == 0
+    assert counters.get("otelbpf.gpu.launches.unattributed") == 4
+
+
+def test_launches_outside_any_request_are_counted_apart():
+    server, children, counters = served(call(60, 61, "cuStreamSynchronize", (0,), launches=3, first_launch=55))
+    assert "otelbpf.gpu.kernel_launches" not in server.attributes
+    assert children[0].parent_span_id == b""
+    assert counters.get("otelbpf.gpu.launches.outside_requests") == 3
+
+
+def test_pinned_memory_makes_copies_non_pageable_and_frees_report_sizes():
+    _server, spans, _ = served(
+        call(11, 12, "cudaHostAlloc", (0x7000, 4096, 0), out0=0x10000),
+        call(13, 14, "cudaMalloc", (0x7008, 1000), out0=0xD000),
+        call(15, 16, "cudaMemcpyAsync", (0xD000, 0x10800, 100, 1, 0)),  # inside the pinned range
+        call(17, 18, "cuMemcpyHtoD_v2", (0xD000, 0x20000, 100)),  # outside: pageable
+        call(19, 20, "cudaFree", (0xD000,)),
+        call(21, 22, "cudaFree", (0xBAD,), ret=1),  # cudaErrorInvalidValue
+    )
+    pinned_copy, pageable_copy, free, bad_free = spans[2:]
+    assert pinned_copy.attributes["otelbpf.gpu.memcpy.pageable"] is False
+    assert pageable_copy.attributes["otelbpf.gpu.memcpy.pageable"] is True
+    assert pageable_copy.attributes["otelbpf.gpu.memcpy.kind"] == "host_to_device"
+    assert free.attributes["otelbpf.gpu.memory.bytes"] == 1000
+    assert bad_free.status_code == StatusCode.ERROR and bad_free.attributes["otelbpf.gpu.error_code"] == 1
+
+
+def test_nccl_arguments_by_register():
+    _server, (init, allgather, send, failed), _ = served(
+        call(11, 12, "ncclCommInitRank", (0x7000, 8, 6, 0, 0, 0), library="nccl", out0=0xC0FFEE),
+        call(13, 14, "ncclAllGather", (1, 2, 10, 9, 0xC0FFEE, 0), library="nccl"),
+        call(15, 16, "ncclSend", (1, 300, 0, 7, 0xC0FFEE, 0), library="nccl"),
+        call(17, 18, "ncclAllReduce", (1, 2, 3, 99, 0, 0xC0FFEE), library="nccl", ret=4),
+    )
+    assert (init.attributes["otelbpf.nccl.rank"], init.attributes["otelbpf.nccl.nranks"]) == (6, 8)
+    assert init.attributes["otelbpf.nccl.communicator"] == "c0ffee"
+    assert (allgather.attributes["otelbpf.nccl.bytes"], allgather.attributes["otelbpf.nccl.datatype"]) == (20, "bfloat16")
+    assert (send.attributes["otelbpf.nccl.peer"], send.attributes["otelbpf.nccl.bytes"]) == (7, 300)
+    assert "otelbpf.nccl.bytes" not in failed.attributes  # unknown datatype: no guessed size
+    assert failed.status_code == StatusCode.ERROR and failed.attributes["otelbpf.nccl.result"] == 4
+
+
+def test_versioned_runtime_symbols_and_weak_nccl_aliases_resolve_once_per_address(standin):
+    runtime = resolve_symbols(str(standin / "libcudart.so.12"), ["cudaMalloc", "cudaMemcpy"])
+    assert sorted(n for s in runtime for n in s.names) == ["cudaMalloc", "cudaMemcpy"]  # cudaMalloc@@libcudart.so.12
+    [allreduce] = resolve_symbols(str(standin / "libnccl.so.2"), ["ncclAllReduce", "pncclAllReduce"])
+    assert sorted(allreduce.names) == ["ncclAllReduce", "pncclAllReduce"]  # one address: attached once
+
+
+def test_a_renamed_copy_is_a_candidate_by_its_exports(standin, tmp_path):
+    bundled = tmp_path / "libtorch_cuda_rt.so"
+    shutil.copy(standin / "libcudart.so.12", bundled)
+    spec = next(ProbeSpec(n, lib, f, hint=h) for n, lib, h, f, _fl, _l in gpu_probes.CALL_PROBES if n == "gpu.cudart")
+    assert spec.matches(str(bundled)) and not ProbeSpec("x", spec.library, spec.symbols).matches(str(bundled))
+    plain = tmp_path / "libplain.so"
+    plain.write_bytes(b"\x7fELF nothing here")
+    assert not is_candidate(str(plain), str(plain), None, b"cudaMemcpyAsync")
+
+
+def test_no_probe_on_functions_called_per_launch():
+    probed = {f for _n, _lib, _h, functions, _fl, _l in gpu_probes.CALL_PROBES for f in functions}
+    assert not probed & {"cudaGetDevice", "cuCtxGetDevice", "cudaLaunchKernel"}
+    assert set(gpu_probes.LAUNCH_SPEC.symbols) >= {"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch"}
+    assert gpu_probes.LAUNCH_SPEC.ret is None  # entry-only
+
+
+def test_doctor_says_what_each_process_would_have_probed(standin, services):
+    from otelbpf.doctor import check_gpu
+
+    server = services([str(ROOT / "examples" / "gpu_inference_server.py"), "--port", "0"])
+    assert check_gpu([server.pid])[0].detail.startswith("no running process")  # loaded on first use
+    subprocess.run(["curl", "-sf", f"http://127.0.0.1:{server.port}/infer"], check=True, capture_output=True)
+    details = [c.detail for c in check_gpu([server.pid])]
+    assert len(details) == 3 and all(d.startswith(f"pid {server.pid} ") for d in details)
+    driver = next(d for d in details if "libcuda.so.1" in d)
+    assert "kernel launches counted at cuGraphLaunch, cuLaunchCooperativeKernel, cuLaunchKernel, cuLaunchKernelEx" in driver
+
+
+def straggler_run(late_rank: int, late_ns: int, collectives: int = 30, nranks: int = 4) -> list[str]:
+    detector = gpu.StragglerDetector()
+    for rank in range(nranks):
+        detector.joined(100 + rank, 0xC0 + rank, "ab" * 16, rank, nranks)
+    lines = []
+    for n in range(collectives):
+        base = n * 1_000_000_000
+        for rank in range(nranks):
+            # the others enter in a different order every time, a few microseconds apart
+            ts = base + ((rank + n) % nranks) * 3_000 + (late_ns if rank == late_rank else 0)
+            line = detector.entered(100 + rank, 0xC0 + rank, "AllReduce", ts)
+            if line:
+                lines.append(line)
+    return lines
+
+
+def test_a_persistently_late_rank_is_named_once():
+    [line] = straggler_run(late_rank=2, late_ns=41_000_000)
+    assert line == "otelbpf: straggler: rank 2 of communicator abababab… entered last in 10 of 10 all-reduces (median 41 ms late)"
+
+
+def test_no_rank_is_named_when_none_is_late_or_lateness_is_noise():
+    assert straggler_run(late_rank=-1, late_ns=0) == []
+    assert straggler_run(late_rank=1, late_ns=200_000) == []  # last every time, but 0.2 ms: noise
+
+
+def test_collectives_of_unknown_communicators_are_ignored():
+    detector = gpu.StragglerDetector()
+    assert detector.entered(1, 0xDEAD, "AllReduce", 5) is None and not detector.open
