@@ -6,7 +6,10 @@ through the gateway with curl, then runs the example gRPC service
 (examples/grpc_service.py) with its client (one call of each kind and an
 error), then asks the OpenAI-compatible mock model server
 (examples/openai_mock_server.py, 80 ms to the first token) for streamed and
-plain chat completions and embeddings with curl (and with ``--dds``, the
+plain chat completions and embeddings with curl, then asks the example GPU
+inference server (examples/gpu_inference_server.py, calling the stand-in CUDA
+runtime and driver of examples/cuda_standin through ctypes) for two inferences
+and a cached allocation, then prints its GPU memory reserved (and with ``--dds``, the
 examples/dds_pipeline.py camera -> detector -> planner chain over Cyclone DDS,
 traced with UDP capture), then prints the trace trees
 (LLM calls with their time to first chunk and token counts) and writes the
@@ -65,6 +68,26 @@ def drive_traffic(port: int, count: int) -> dict[str, int]:
     return statuses
 
 
+def drive_gpu(port: int) -> list[str]:
+    """Inferences on the GPU example server (curl, traced): each request's CUDA calls
+    become child spans of its SERVER span; /keep leaves memory reserved."""
+    base = f"http://127.0.0.1:{port}"
+    # The server loads its CUDA libraries on first use, like a process importing torch late;
+    # the agent looks for new libraries when a traced process opens a connection, at most
+    # once a second: load them, then let one more connection (a second later) get them probed.
+    subprocess.run(["curl", "-s", "-o", "/dev/null", f"{base}/load"], timeout=30)
+    time.sleep(1.1)
+    subprocess.run(["curl", "-s", "-o", "/dev/null", f"{base}/health"], timeout=30)
+    time.sleep(0.5)
+    statuses = []
+    for path in ("/infer?launches=8&bytes=1048576", "/infer?launches=3&bytes=65536", "/keep?bytes=4194304"):
+        result = subprocess.run(
+            ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", f"{base}{path}"], capture_output=True, text=True, timeout=30
+        )
+        statuses.append(result.stdout)
+    return statuses
+
+
 def drive_llm(port: int) -> list[str]:
     """Call the mock model server as an LLM client would (curl, traced): a streamed chat,
     a plain chat and embeddings. Returns the HTTP statuses."""
@@ -85,6 +108,22 @@ def drive_llm(port: int) -> list[str]:
         )  # fmt: skip
         statuses.append(result.stdout)
     return statuses
+
+
+def gpu_example_available() -> bool:
+    """The GPU example server and the stand-in CUDA runtime it loads (built by install.sh)."""
+    return (EXAMPLES / "gpu_inference_server.py").is_file() and (EXAMPLES / "cuda_standin" / "build" / "libcudart.so.12").exists()
+
+
+def print_gpu_memory(pipeline, pid: int) -> None:
+    """The GPU memory the example server's CUDA calls left reserved (the metric
+    otelbpf.gpu.memory.reserved exports per process)."""
+    from otelbpf.semantics import gpu
+
+    state = gpu.state_of(pipeline)
+    gauges = state.memory_gauges().get(pid, []) if state is not None else []
+    for name, _description, unit, value in gauges:
+        print(f"demo: gpu_inference_server {name} = {value:,} {unit}")
 
 
 def demo_prerequisites() -> str | None:
@@ -132,6 +171,11 @@ def run_demo(args) -> int:
         [str(EXAMPLES / "http_gateway.py"), "--port", "0", "--backend", f"127.0.0.1:{backend_port}"]
     )
     grpc_server, grpc_port = start_service([str(EXAMPLES / "grpc_service.py"), "serve", "--port", "0"])
+    gpu_server, gpu_port = None, 0
+    if gpu_example_available():
+        gpu_server, gpu_port = start_service([str(EXAMPLES / "gpu_inference_server.py"), "--port", "0"])
+    else:
+        print("demo: no stand-in CUDA libraries (examples/cuda_standin/build, made by scripts/install.sh): GPU part skipped")
     llm_server, llm_port = start_service(
         [str(EXAMPLES / "openai_mock_server.py"), "--port", "0", "--first-token-delay-ms", "80", "--token-delay-ms", "10"]
     )
@@ -146,7 +190,8 @@ def run_demo(args) -> int:
     resources = ProcessResources()
     consumer, _metrics = build_consumer(args, resources, counters)
     dds = start_dds_pipeline() if getattr(args, "dds", False) else None
-    pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid, llm_server.pid] + ([dds.pid] if dds is not None else [])
+    pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid, llm_server.pid]
+    pids += [gpu_server.pid] if gpu_server is not None else [] + ([dds.pid] if dds is not None else [])
     source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"], capture_udp=dds is not None))
     pipeline = live_pipeline(source, consumer, resources, counters)
     agent = Agent(source, pipeline, consumer, counters)
@@ -165,6 +210,8 @@ def run_demo(args) -> int:
             calls, _ = grpc_client.communicate("go\n", timeout=60)
             print(f"demo: gRPC calls {' '.join(line.split(maxsplit=1)[1] for line in calls.splitlines())}")
             print(f"demo: LLM calls (streamed chat, chat, embeddings) statuses {' '.join(drive_llm(llm_port))}")
+            if gpu_server is not None:
+                print(f"demo: GPU inferences (stand-in CUDA libraries) statuses {' '.join(drive_gpu(gpu_port))}")
             if dds is not None:
                 drive_dds(dds)
                 print("demo: camera -> detector -> planner sent 3 frames over DDS (rt/camera/image, rt/detector/objects)")
@@ -177,11 +224,13 @@ def run_demo(args) -> int:
         source.close()
         if grpc_client.poll() is None:
             grpc_client.kill()
-        for proc in (gateway, backend, grpc_server, llm_server, dds):
+        for proc in (gateway, backend, grpc_server, llm_server, gpu_server, dds):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=5)
     stats = agent.stats()
+    if gpu_server is not None:
+        print_gpu_memory(pipeline, gpu_server.pid)
     print(f"demo: {stats.get('otelbpf.spans.created', 0)} spans; OTLP JSON written to {args.json_file}")
     print(f"demo: self-metrics {json.dumps(stats)}")
     return 0

@@ -152,3 +152,16 @@ def test_an_llm_call_shows_time_to_first_chunk_and_tokens() -> None:
     assert line == "agent  CLIENT  chat llama-3-8b  412.0 ms  status=200  ttft=81.2 ms  tokens=12in/64out  chunks=64"
     embeddings = span(2, None, 0.0, 3.0, name="embeddings bge", attributes={"gen_ai.usage.input_tokens": 4})
     assert describe_span(embeddings, "vllm").endswith("tokens=4in/?out")
+
+
+def test_gpu_calls_show_launches_copies_and_sizes() -> None:
+    from otelbpf.export.console import describe_span
+
+    request = span(1, None, 0.0, 3.3, name="GET /infer", attributes={"http.response.status_code": 200,
+                                                                    "otelbpf.gpu.kernel_launches": 8})
+    assert describe_span(request, "gpu").endswith("status=200  launches=8")
+    copy = span(2, 1, 0.5, 0.7, name="cudaMemcpy", kind=SpanKind.INTERNAL, attributes={
+        "otelbpf.gpu.memcpy.kind": "host_to_device", "otelbpf.gpu.memcpy.bytes": 1048576, "otelbpf.gpu.memcpy.pageable": True})
+    assert describe_span(copy, "gpu").endswith("host_to_device 1048576 B pageable")
+    alloc = span(3, 1, 0.1, 0.04, name="cudaMalloc", kind=SpanKind.INTERNAL, attributes={"otelbpf.gpu.memory.bytes": 4096})
+    assert describe_span(alloc, "gpu").endswith("4096 B")

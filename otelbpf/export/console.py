@@ -211,6 +211,7 @@ def describe_span(span: SpanRecord, service: str, symbols: _Symbols = _UNICODE) 
     if path is not None and str(path) not in span.name:
         parts.append(f"path={path}")
     parts.extend(_llm_parts(span, symbols))
+    parts.extend(_gpu_parts(span))
     if span.status_code == StatusCode.ERROR:
         parts.append(f"{symbols.error} ERROR" + (f" {span.status_message}" if span.status_message else ""))
     return "  ".join(str(part) for part in parts)
@@ -230,6 +231,23 @@ def _llm_parts(span: SpanRecord, symbols: _Symbols) -> list[str]:
     chunks = attributes.get(sc.OTELBPF_GEN_AI_RESPONSE_CHUNKS)
     if chunks is not None:
         parts.append(f"chunks={chunks}")
+    return parts
+
+
+def _gpu_parts(span: SpanRecord) -> list[str]:
+    """Kernel launches of a request; direction, bytes and pageable source of a copy;
+    bytes of an allocation."""
+    attributes = span.attributes
+    parts = []
+    launches = attributes.get(sc.OTELBPF_GPU_KERNEL_LAUNCHES)
+    if launches:
+        parts.append(f"launches={launches}")
+    kind = attributes.get(sc.OTELBPF_GPU_MEMCPY_KIND)
+    if kind is not None:
+        pageable = " pageable" if attributes.get(sc.OTELBPF_GPU_MEMCPY_PAGEABLE) else ""
+        parts.append(f"{kind} {attributes.get(sc.OTELBPF_GPU_MEMCPY_BYTES, '?')} B{pageable}")
+    elif attributes.get(sc.OTELBPF_GPU_MEMORY_BYTES) is not None:
+        parts.append(f"{attributes[sc.OTELBPF_GPU_MEMORY_BYTES]} B")
     return parts
 
 
