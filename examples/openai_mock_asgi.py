@@ -24,7 +24,7 @@ import socket
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from openai_mock_server import next_id, tokens_for, words
+from openai_mock_server import embeddings_response, next_id, tokens_for, words
 
 app = FastAPI()
 DELAYS = {"first": 0.0, "token": 0.0}
@@ -47,19 +47,7 @@ async def completions(request: Request):
 
 @app.post("/v1/embeddings")
 async def embeddings(request: Request) -> JSONResponse:
-    body = await request.json()
-    model = str(body.get("model", "mock-embedding"))
-    inputs = body.get("input", "")
-    inputs = inputs if isinstance(inputs, list) else [inputs]
-    dimensions = int(body.get("dimensions") or 8)
-    data = [
-        {"object": "embedding", "index": i, "embedding": [round((i + 1) * 0.001 * (d + 1), 6) for d in range(dimensions)]}
-        for i in range(len(inputs))
-    ]
-    prompt = words(inputs)
-    return JSONResponse(
-        {"object": "list", "data": data, "model": f"{model}-mock", "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
-    )
+    return JSONResponse(embeddings_response(await request.json()))
 
 
 async def _completion(body: dict, chat: bool):

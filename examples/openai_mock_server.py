@@ -69,6 +69,20 @@ def tokens_for(request: dict) -> list[str]:
     return out
 
 
+
+def embeddings_response(request: dict) -> dict:
+    """The embeddings answer: one small deterministic vector per input."""
+    model = str(request.get("model", "mock-embedding"))
+    inputs = request.get("input", "")
+    inputs = inputs if isinstance(inputs, list) else [inputs]
+    dimensions = int(request.get("dimensions") or 8)
+    data = [
+        {"object": "embedding", "index": i, "embedding": [round((i + 1) * 0.001 * (d + 1), 6) for d in range(dimensions)]}
+        for i in range(len(inputs))
+    ]
+    prompt = words(inputs)
+    return {"object": "list", "data": data, "model": f"{model}-mock", "usage": {"prompt_tokens": prompt, "total_tokens": prompt}}
+
 class MockHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, chunked streaming
     first_token_delay_s = 0.0
@@ -185,19 +199,7 @@ class MockHandler(BaseHTTPRequestHandler):
         self._end_stream()
 
     def _embeddings(self, request: dict) -> None:
-        model = str(request.get("model", "mock-embedding"))
-        inputs = request.get("input", "")
-        inputs = inputs if isinstance(inputs, list) else [inputs]
-        dimensions = int(request.get("dimensions") or 8)
-        data = [
-            {"object": "embedding", "index": i, "embedding": [round((i + 1) * 0.001 * (d + 1), 6) for d in range(dimensions)]}
-            for i in range(len(inputs))
-        ]
-        prompt = words(inputs)
-        self._send_json(
-            200,
-            {"object": "list", "data": data, "model": f"{model}-mock", "usage": {"prompt_tokens": prompt, "total_tokens": prompt}},
-        )
+        self._send_json(200, embeddings_response(request))
 
 
 def main() -> None:
