@@ -7,7 +7,7 @@ return probes: one record per call), first with no agent, then with the agent
 tracing it (``--pid``). Prints nanoseconds per call and the difference.
 
 The stand-in functions do almost nothing, so the difference is the probe's
-whole cost; a real launch takes ~9 us (DESIGN.md). Needs root and the
+whole cost; a real launch takes ~9 us (docs/gpu.md). Needs root and the
 repository's venv; run on a quiet machine for figures worth quoting.
 
     .venv/bin/python bench/gpu_probe_cost.py --calls 200000

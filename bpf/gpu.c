@@ -6,7 +6,7 @@
  * gpu_launch_enter; the count is read and reset by the next GPU timeline call
  * the thread makes (bpf/calls.c, CALL_TAKES_LAUNCHES), which carries it to
  * user space in its record (call_info.launches). Entry-only because a return
- * probe costs ~4.5 us on a ~9 us launch (measured on an H100; DESIGN.md), so
+ * probe costs ~4.5 us on a ~9 us launch (measured on an H100; docs/gpu.md), so
  * the time spent in launch calls is not measured.
  */
 struct gpu_launch_count {

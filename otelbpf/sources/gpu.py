@@ -11,7 +11,7 @@ attached once). Attached per process; libraries loaded later (dlopen, an
 import of torch after start) are found when the process opens a connection
 (at most once a second) and by the periodic re-scan (5 s).
 
-What, with the facts measured on a real H100 (DESIGN.md):
+What, with the facts measured on a real H100 (docs/gpu.md, "What is probed, and why so"):
 
 * kernel launches: entry-only probes on the driver's launch functions (the
   runtime's ``cudaLaunchKernel`` misses cuBLAS's ``cuLaunchKernelEx`` and
