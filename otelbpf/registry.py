@@ -34,6 +34,7 @@ class Registry:
     def __init__(self) -> None:
         self._protocols: dict[str, RegisteredProtocol] = {}
         self._calls: dict[str, CallSemantics] = {}
+        self._call_instruments: dict[str, tuple[SpanHistogram, ...]] = {}
 
     def register(self, detector: Detector, semantics: SpanSemantics, instruments: Sequence[SpanHistogram] = ()) -> None:
         """Add a protocol: its detector (tried in registration order), its span
@@ -50,6 +51,12 @@ class Registry:
         if semantics.library in self._calls:
             raise ValueError(f"call library {semantics.library!r} is registered twice")
         self._calls[semantics.library] = semantics
+
+    def register_call_instruments(self, library: str, instruments: Sequence[SpanHistogram]) -> None:
+        """Metric instruments fed by the spans of ``library``'s calls (their span
+        ``protocol`` is the library id). Separate from ``register_calls``: the call
+        semantics are attached per pipeline, the instruments are known up front."""
+        self._call_instruments[library] = tuple(instruments)
 
     @property
     def protocols(self) -> list[RegisteredProtocol]:
@@ -81,12 +88,16 @@ class Registry:
 
     def instruments(self) -> dict[str, tuple[SpanHistogram, ...]]:
         """Metric instruments by protocol id (what the metric aggregator iterates over)."""
-        return {entry.id: entry.instruments for entry in self._protocols.values() if entry.instruments}
+        found = {entry.id: entry.instruments for entry in self._protocols.values() if entry.instruments}
+        found.update(self._call_instruments)
+        return found
 
 
 def default_registry() -> Registry:
     """Every protocol otelbpf ships, in detection order."""
+    from otelbpf import semconv as sc
     from otelbpf.metrics import genai as genai_metrics
+    from otelbpf.metrics import gpu as gpu_metrics
     from otelbpf.metrics import http1 as http1_metrics
     from otelbpf.metrics import http2 as http2_metrics
     from otelbpf.metrics import rtps as rtps_metrics
@@ -107,6 +118,9 @@ def default_registry() -> Registry:
     )
     registry.register(Http1Detector(), http1_semantics.Http1Semantics(), http1_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS)
     registry.register(RtpsDetector(), rtps_semantics.SEMANTICS, rtps_metrics.INSTRUMENTS)
+    # CUDA and NCCL call spans (their semantics attach per pipeline: otelbpf.semantics.gpu)
+    registry.register_call_instruments(sc.OTELBPF_SCOPE_CUDA, gpu_metrics.CUDA_INSTRUMENTS)
+    registry.register_call_instruments(sc.OTELBPF_SCOPE_NCCL, gpu_metrics.NCCL_INSTRUMENTS)
     return registry
 
 

@@ -256,6 +256,20 @@ OTELBPF_RPC_RESPONSE_MESSAGES = "otelbpf.rpc.response.messages"
 #: Instrumentation scopes / CallEvent libraries of the GPU call spans.
 OTELBPF_SCOPE_CUDA = "cuda"
 OTELBPF_SCOPE_NCCL = "nccl"
+#: On every GPU call span: the API function (the span's name), as the code conventions name it.
+CODE_FUNCTION_NAME = "code.function.name"
+#: Metrics from the GPU call spans (otelbpf/metrics/gpu.py): durations per function, bytes per
+#: copy direction (pageable or not), NCCL bytes and durations per operation.
+OTELBPF_GPU_CALL_DURATION = "otelbpf.gpu.call.duration"
+OTELBPF_GPU_MEMCPY_SIZE = "otelbpf.gpu.memcpy.size"
+OTELBPF_NCCL_CALL_DURATION = "otelbpf.nccl.call.duration"
+OTELBPF_NCCL_CALL_SIZE = "otelbpf.nccl.call.size"
+#: 1 µs to 10 s: a launch-sized call to a long synchronisation or collective.
+GPU_DURATION_BOUNDARIES: tuple[float, ...] = (
+    1e-6, 5e-6, 1e-5, 5e-5, 1e-4, 5e-4, 0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0,
+)
+#: 1 KiB to 4 GiB, by powers of 4.
+GPU_SIZE_BOUNDARIES: tuple[float, ...] = tuple(float(1024 * 4**i) for i in range(12))
 #: On a request span: GPU kernel launches its thread made while serving it
 #: (cuLaunchKernel, cuLaunchKernelEx, cuLaunchCooperativeKernel, cuGraphLaunch;
 #: a CUDA-graph replay counts once).

@@ -164,3 +164,45 @@ def test_no_rank_is_named_when_none_is_late_or_lateness_is_noise():
 def test_collectives_of_unknown_communicators_are_ignored():
     detector = gpu.StragglerDetector()
     assert detector.entered(1, 0xDEAD, "AllReduce", 5) is None and not detector.open
+
+
+def test_gpu_call_spans_feed_the_gpu_metrics():
+    """Durations per function (errors by code), bytes per copy direction split by pageable
+    host memory, NCCL durations and bytes per operation (otelbpf/metrics/gpu.py)."""
+    from otelbpf.metrics.histograms import SpanMetrics
+    from otelbpf.registry import default_instruments
+
+    server, spans, _ = served(
+        call(11, 12, "cudaHostAlloc", (0x7000, 4096, 0), out0=0x10000),
+        call(13, 15, "cudaMemcpyAsync", (0xD000, 0x10800, 100, 1, 0)),  # pinned
+        call(16, 20, "cudaMemcpy", (0xD000, 0x20000, 300, 1)),  # pageable
+        call(21, 22, "cudaMemcpy", (0xD000, 0x20000, 200, 1)),  # pageable
+        call(23, 24, "cudaFree", (0xBAD,), ret=1),
+        call(25, 30, "ncclAllGather", (1, 2, 10, 9, 0xC0FFEE, 0), library="nccl"),
+    )
+    metrics = SpanMetrics(_Resources(), default_instruments())
+    for span in [server, *spans]:
+        metrics.record(span)
+    points = {}
+    for process in metrics.collect().processes:
+        for name in ("otelbpf.gpu.call.duration", "otelbpf.gpu.memcpy.size", "otelbpf.nccl.call.duration", "otelbpf.nccl.call.size"):
+            for point in process.points(name):
+                points.setdefault(name, []).append(point)
+
+    def by(name, key):
+        return {tuple(dict(p.attributes).get(k) for k in key): p for p in points[name]}
+
+    copies = by("otelbpf.gpu.memcpy.size", ("otelbpf.gpu.memcpy.kind", "otelbpf.gpu.memcpy.pageable"))
+    assert (copies[("host_to_device", True)].count, copies[("host_to_device", True)].sum) == (2, 500)
+    assert (copies[("host_to_device", False)].count, copies[("host_to_device", False)].sum) == (1, 100)
+    durations = by("otelbpf.gpu.call.duration", ("code.function.name", "error.type"))
+    assert durations[("cudaMemcpy", None)].count == 2
+    assert durations[("cudaFree", "1")].count == 1
+    nccl = by("otelbpf.nccl.call.size", ("otelbpf.nccl.operation",))
+    assert len(nccl) == 1 and next(iter(nccl.values())).sum == 20
+    assert len(points["otelbpf.nccl.call.duration"]) == 1
+
+
+class _Resources:
+    def attributes(self, pid):
+        return {"service.name": "gpu-server"}

@@ -183,6 +183,7 @@ class GpuState:
 
 
 def _finish(start: SpanStart, call: CallEvent, scope: str, attrs: dict[str, AttributeValue], failed: str) -> SpanRecord:
+    attrs[sc.CODE_FUNCTION_NAME] = call.function
     attrs[sc.THREAD_ID] = start.tid
     if start.association:
         attrs[sc.OTELBPF_ASSOCIATION] = start.association
@@ -258,6 +259,7 @@ class CudaCalls:
         self._describe(call, args, ok, attrs)
         if not ok:
             attrs[sc.OTELBPF_GPU_ERROR_CODE] = code
+            attrs[sc.ERROR_TYPE] = str(code)  # the error code: few values, as error.type asks
         return _finish(start, call, self.library, attrs, "" if ok else f"CUDA error {code}")
 
     def _describe(self, call: CallEvent, args: tuple[int, ...], ok: bool, attrs: dict[str, AttributeValue]) -> None:
@@ -376,6 +378,7 @@ class NcclCalls:
         result = _int32(call.ret)
         if result:
             attrs[sc.OTELBPF_NCCL_RESULT] = result
+            attrs[sc.ERROR_TYPE] = str(result)
         return _finish(start, call, self.library, attrs, f"NCCL result {result}" if result else "")
 
 

@@ -1,0 +1,79 @@
+"""Metric instruments of the GPU call spans (otelbpf/semantics/gpu.py).
+
+No semantic convention covers CUDA or NCCL calls yet, so the names are
+otelbpf's own (otelbpf/semconv.py). From every CUDA runtime/driver call span:
+its duration by function (``code.function.name``) and error; from every copy:
+its size by direction and whether the host memory was pageable, so the count
+is copies, the sum bytes per direction, and the pageable share is the ratio of
+two sums. From every NCCL call: duration and bytes by operation. GPU memory
+reserved is a gauge per process (otelbpf/semantics/gpu.py ``memory_gauges``).
+"""
+
+from __future__ import annotations
+
+from otelbpf import semconv as sc
+from otelbpf.metrics.instruments import SpanHistogram, duration_seconds
+from otelbpf.model import SpanRecord
+
+
+def _always(span: SpanRecord) -> bool:
+    return True
+
+
+def _is_copy(span: SpanRecord) -> bool:
+    return sc.OTELBPF_GPU_MEMCPY_BYTES in span.attributes
+
+
+def _copy_bytes(span: SpanRecord) -> float:
+    return float(span.attributes[sc.OTELBPF_GPU_MEMCPY_BYTES])  # type: ignore[arg-type]
+
+
+def _is_sized_collective(span: SpanRecord) -> bool:
+    return sc.OTELBPF_NCCL_BYTES in span.attributes
+
+
+def _collective_bytes(span: SpanRecord) -> float:
+    return float(span.attributes[sc.OTELBPF_NCCL_BYTES])  # type: ignore[arg-type]
+
+
+CUDA_INSTRUMENTS: tuple[SpanHistogram, ...] = (
+    SpanHistogram(
+        name=sc.OTELBPF_GPU_CALL_DURATION,
+        unit="s",
+        description="Duration of CUDA runtime and driver calls, by function.",
+        boundaries=sc.GPU_DURATION_BOUNDARIES,
+        attributes=(sc.CODE_FUNCTION_NAME, sc.ERROR_TYPE),
+        select=_always,
+        value=duration_seconds,
+    ),
+    SpanHistogram(
+        name=sc.OTELBPF_GPU_MEMCPY_SIZE,
+        unit="By",
+        description="Bytes per CUDA copy, by direction and whether the host memory was pageable.",
+        boundaries=sc.GPU_SIZE_BOUNDARIES,
+        attributes=(sc.OTELBPF_GPU_MEMCPY_KIND, sc.OTELBPF_GPU_MEMCPY_PAGEABLE),
+        select=_is_copy,
+        value=_copy_bytes,
+    ),
+)
+
+NCCL_INSTRUMENTS: tuple[SpanHistogram, ...] = (
+    SpanHistogram(
+        name=sc.OTELBPF_NCCL_CALL_DURATION,
+        unit="s",
+        description="Duration of NCCL calls, by operation.",
+        boundaries=sc.GPU_DURATION_BOUNDARIES,
+        attributes=(sc.OTELBPF_NCCL_OPERATION, sc.CODE_FUNCTION_NAME, sc.ERROR_TYPE),
+        select=_always,
+        value=duration_seconds,
+    ),
+    SpanHistogram(
+        name=sc.OTELBPF_NCCL_CALL_SIZE,
+        unit="By",
+        description="Bytes per NCCL collective or point-to-point call, by operation.",
+        boundaries=sc.GPU_SIZE_BOUNDARIES,
+        attributes=(sc.OTELBPF_NCCL_OPERATION,),
+        select=_is_sized_collective,
+        value=_collective_bytes,
+    ),
+)
