@@ -79,6 +79,24 @@ def peer_attributes(conn, attrs: dict[str, AttributeValue]) -> None:
         attrs[sc.NETWORK_PEER_PORT] = conn.peer_port
 
 
+def http_request_extras(user_agent: str | None, body_size: int, attrs: dict[str, AttributeValue]) -> None:
+    """The request attributes HTTP/1 and HTTP/2 spans share: user agent, body size."""
+    if user_agent:
+        attrs[sc.USER_AGENT_ORIGINAL] = user_agent
+    if body_size:
+        attrs[sc.HTTP_REQUEST_BODY_SIZE] = body_size
+
+
+def http_response_status(status: int, server: bool, attrs: dict[str, AttributeValue]) -> StatusCode:
+    """Record an HTTP response status; return the span status the HTTP conventions give it:
+    an error from 500 up on a server, from 400 up on a client (then ``error.type`` is the code)."""
+    attrs[sc.HTTP_RESPONSE_STATUS_CODE] = status
+    if status >= 500 or (not server and status >= 400):
+        attrs[sc.ERROR_TYPE] = str(status)
+        return StatusCode.ERROR
+    return StatusCode.UNSET
+
+
 def outcome_status(
     exchange: Exchange, answered: bool, attrs: dict[str, AttributeValue]
 ) -> tuple[StatusCode, str]:

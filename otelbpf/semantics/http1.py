@@ -22,6 +22,8 @@ from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
 from otelbpf.semantics.common import (
     SpanOptions,
+    http_request_extras,
+    http_response_status,
     network_transport,
     outcome_status,
     peer_attributes,
@@ -104,20 +106,13 @@ class Http1Semantics:
         else:
             name = self._client_attributes(method, path, query, host_header, conn, options, attrs)
         peer_attributes(conn, attrs)
-        user_agent = request.header("user-agent")
-        if user_agent:
-            attrs[sc.USER_AGENT_ORIGINAL] = user_agent
-        if request.body_size:
-            attrs[sc.HTTP_REQUEST_BODY_SIZE] = request.body_size
+        http_request_extras(request.header("user-agent"), request.body_size, attrs)
 
         status = StatusCode.UNSET
         if response is not None:
-            attrs[sc.HTTP_RESPONSE_STATUS_CODE] = response.status
+            status = http_response_status(response.status, server, attrs)
             if response.body_size:
                 attrs[sc.HTTP_RESPONSE_BODY_SIZE] = response.body_size
-            if response.status >= 500 or (not server and response.status >= 400):
-                status = StatusCode.ERROR
-                attrs[sc.ERROR_TYPE] = str(response.status)
             if not response.complete:
                 attrs[sc.OTELBPF_RESPONSE_INCOMPLETE] = True
             if response.body_truncated or request.body_truncated:

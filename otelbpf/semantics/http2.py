@@ -14,7 +14,15 @@ from __future__ import annotations
 from otelbpf import semconv as sc
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
-from otelbpf.semantics.common import SpanOptions, network_transport, outcome_status, peer_attributes, span_record
+from otelbpf.semantics.common import (
+    SpanOptions,
+    http_request_extras,
+    http_response_status,
+    network_transport,
+    outcome_status,
+    peer_attributes,
+    span_record,
+)
 from otelbpf.association import pair_key
 from otelbpf.semantics.grpc import PeerMethods, emit_deprecated_names, grpc_attributes, is_grpc
 from otelbpf.semantics.http1 import derive_route, split_host, split_target
@@ -88,19 +96,11 @@ class Http2Semantics:
             attrs[sc.HTTP_REQUEST_METHOD_ORIGINAL] = raw_method
         path, query = split_target(request.header(":path") or "")
         scheme = request.header(":scheme") or "http"
-        user_agent = request.header("user-agent")
-        if user_agent:
-            attrs[sc.USER_AGENT_ORIGINAL] = user_agent
-        if request.body_size:
-            attrs[sc.HTTP_REQUEST_BODY_SIZE] = request.body_size
+        http_request_extras(request.header("user-agent"), request.body_size, attrs)
         status = StatusCode.UNSET
         code = response.header(":status") if response is not None else None
         if code is not None and code.isdigit():
-            number = int(code)
-            attrs[sc.HTTP_RESPONSE_STATUS_CODE] = number
-            if number >= 500 or (not server and number >= 400):
-                status = StatusCode.ERROR
-                attrs[sc.ERROR_TYPE] = code
+            status = http_response_status(int(code), server, attrs)
         if response is not None and response.body_size:
             attrs[sc.HTTP_RESPONSE_BODY_SIZE] = response.body_size
         label = method if method != sc.HTTP_OTHER_METHOD else "HTTP"
