@@ -178,7 +178,7 @@ def test_ros2_style_service_gives_a_client_server_pair(agent):
 
 @pytest.fixture
 def lossy_namespace():
-    """A network namespace that drops 25% of the UDP packets it receives
+    """A network namespace that drops 10% of the UDP packets it receives
     (netfilter INPUT, so every send leaves its syscall and is seen): reliable
     DDS writers must repair, and nothing outside the namespace is touched."""
     if not shutil.which("iptables"):
@@ -187,7 +187,7 @@ def lossy_namespace():
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
-        drop = ["iptables", "-A", "INPUT", "-p", "udp", "-m", "statistic", "--mode", "random", "--probability", "0.25", "-j", "DROP"]
+        drop = ["iptables", "-A", "INPUT", "-p", "udp", "-m", "statistic", "--mode", "random", "--probability", "0.1", "-j", "DROP"]
         if subprocess.run(["ip", "netns", "exec", ns, *drop]).returncode:
             pytest.skip("iptables statistic match is not available")
         yield ns
@@ -201,7 +201,7 @@ def test_retransmissions_after_loss_are_not_counted_twice(agent, lossy_namespace
     launcher = Launcher(
         f"tcpdump -i lo -U -w {capture} udp 2>/dev/null & dump=$!; "
         # the writer lingers 5 s after its last frame so that repairs of a loaded machine's
-        # losses (25% of datagrams dropped) still reach the reader
+        # losses (10% of datagrams dropped) still reach the reader
         f"{role('detector', '--seconds', '14')} > {tmp_path / 'detector.out'} & sleep 1; "
         f"{role('camera', '--frames', str(frames), '--rate', '10', '--linger', '5')}; sleep 1; kill -INT $dump",
         prefix=["ip", "netns", "exec", lossy_namespace],
