@@ -17,6 +17,13 @@ hole filled later (a retransmission that repairs a loss) is a new sample; a
 hole still open :data:`LOSS_HORIZON` samples later, or below the writer's
 first available sample (HEARTBEAT), is a lost sample; a hole the writer
 declares irrelevant (GAP) is neither.
+
+The first sample a window sees need not be the writer's first: the agent may
+have started late, or the first datagrams were lost and are repaired after a
+later one arrived. The :data:`LOSS_HORIZON` sequence numbers below it are
+remembered as *unknown*: one arriving later is a new sample, and one that
+never does is not counted as lost (the agent cannot tell a loss from a sample
+sent before it looked).
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ LOSS_HORIZON = 64
 
 
 class SequenceWindow:
-    __slots__ = ("highest", "holes", "lost")
+    __slots__ = ("highest", "holes", "lost", "first")
 
     def __init__(self) -> None:
         self.highest = 0
@@ -46,12 +53,19 @@ class SequenceWindow:
         self.holes: dict[int, None] = {}
         #: Lost samples not yet reported on a message.
         self.lost = 0
+        #: The first sequence number seen; holes below it are unknown, not lost.
+        self.first = 0
 
     def observe(self, sequence: int) -> bool:
         """Is ``sequence`` a sample not seen before? Updates holes and losses."""
         highest = self.highest
-        if highest == 0 or sequence > highest:
-            if highest and sequence > highest + 1:
+        if highest == 0:
+            self.first = self.highest = sequence
+            for unknown in range(max(1, sequence - LOSS_HORIZON), sequence):
+                self.holes[unknown] = None
+            return True
+        if sequence > highest:
+            if sequence > highest + 1:
                 first = max(highest + 1, sequence - MAX_HOLES)
                 self.lost += first - (highest + 1)
                 for missing in range(first, sequence):
@@ -84,7 +98,8 @@ class SequenceWindow:
             if oldest > up_to:
                 break
             del holes[oldest]
-            self.lost += 1
+            if oldest > self.first:
+                self.lost += 1
 
 
 class _Watched:

@@ -115,6 +115,24 @@ def test_a_repaired_hole_is_a_new_sample_and_not_lost():
     assert sum(e.lost_before for e in later) == 0
 
 
+def test_samples_before_the_first_one_seen_are_new_when_repaired_and_never_lost():
+    """The first datagrams were dropped and repaired after a later sample
+    arrived (or the agent started after them): not repeats, not losses."""
+    _, session = new_session()
+    session.feed(IN, build.sample(A, W, 3), 1)
+    assert [e.sequence for e in started(session.feed(IN, build.sample(A, W, 1), 2))] == [1]
+    assert started(session.feed(IN, build.sample(A, W, 1), 3)) == []  # and its repeat is a repeat
+    later = []
+    for seq in range(4, 4 + LOSS_HORIZON + 2):  # 2 never arrives: unknown, not lost
+        later += started(session.feed(IN, build.sample(A, W, seq), seq + 3))
+    assert sum(e.lost_before for e in later) == 0
+    _, late_agent = new_session()
+    [first] = started(late_agent.feed(IN, build.sample(A, W, 5000), 1))
+    assert first.lost_before == 0
+    for seq in range(5001, 5001 + LOSS_HORIZON + 2):
+        assert all(e.lost_before == 0 for e in started(late_agent.feed(IN, build.sample(A, W, seq), seq)))
+
+
 def test_gaps_never_filled_are_lost_and_reported_once():
     _, session = new_session()
     session.feed(IN, build.sample(A, W, 1), 1)
