@@ -33,6 +33,12 @@ their parent ends can point at it. The rules, in order of precedence
    out while no request was open are background threads and never linked
    this way.
 
+Library calls (``start_call``) may be placed by their family instead of the
+process rule or a root when their thread serves no request: GPU calls go to
+the thread's engine step, a span linked to every request in flight
+(otelbpf/semantics/gpu_steps.py); ``window_observers`` hear requests open
+and close for that.
+
 When the evidence names several candidates, or a task's decision finds no
 response, the span stays a root and ``otelbpf.association.ambiguous`` counts
 it: a wrong parent is worse than none. Spans carry ``otelbpf.association``

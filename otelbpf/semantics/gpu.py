@@ -21,6 +21,12 @@ counting only launches made after the request started (a count that began
 before belongs partly to something else: it is counted in
 ``otelbpf.gpu.launches.unattributed`` instead of being guessed).
 
+Calls from an asyncio task wait for their parent decision (the request the
+task answers), and so do their launches (:meth:`GpuState.settle_deferred`,
+run before that request span is written); bpf/gpu.c counts launches per
+(thread, task). Calls on a thread that serves no request are grouped into
+engine steps linked to the requests in flight (otelbpf/semantics/gpu_steps.py).
+
 Pageable copies: a host pointer not inside memory the agent saw pinned
 (cudaHostAlloc, cudaMallocHost, cudaHostRegister, cuMemHostAlloc...) in that
 process. Memory pinned before the agent started looks pageable: say so in

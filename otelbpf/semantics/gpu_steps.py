@@ -279,3 +279,46 @@ class EngineSteps:
     def _count(self, name: str, value: int = 1) -> None:
         if self.counters is not None:
             self.counters.add(name, value)
+
+
+# -- command line (otelbpf run) ----------------------------------------------------------
+
+
+def add_arguments(parser) -> None:
+    """The ``--gpu-step-*`` options of ``otelbpf run``."""
+    default = StepOptions()
+    group = parser.add_argument_group("GPU engine steps (docs/gpu.md, \"Batching engines\")")
+    group.add_argument("--gpu-step-gap-ms", type=_positive_float, default=default.gap_ns / 1e6, metavar="MS",
+                       help=f"no GPU call or launch for this long ends a step (default {default.gap_ns / 1e6:g})")
+    group.add_argument("--gpu-step-max-ms", type=_positive_float, default=default.max_duration_ns / 1e6, metavar="MS",
+                       help=f"a step longer than this is cut (default {default.max_duration_ns / 1e6:g})")
+    group.add_argument("--gpu-step-max-links", type=int, default=default.max_links, metavar="N",
+                       help=f"links to requests per step span, the rest counted (default {default.max_links})")
+    group.add_argument("--gpu-step-scope", choices=(SCOPE_FAMILY, SCOPE_PROCESS), default=default.scope,
+                       help="requests a step links: of its process, its parent and children (family, default) "
+                            "or of its own process only")
+
+
+def options_from(args) -> StepOptions:
+    return StepOptions(
+        gap_ns=int(args.gpu_step_gap_ms * 1e6),
+        max_duration_ns=int(args.gpu_step_max_ms * 1e6),
+        max_links=max(0, args.gpu_step_max_links),
+        scope=args.gpu_step_scope,
+    )
+
+
+def configure(pipeline, args) -> None:
+    """Apply ``otelbpf run``'s step options to the steps GPU semantics attached to ``pipeline``."""
+    from otelbpf.semantics import gpu
+
+    state = gpu.state_of(pipeline)
+    if state is not None and state.steps is not None:
+        state.steps.options = options_from(args)
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
