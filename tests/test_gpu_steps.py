@@ -189,3 +189,69 @@ def test_the_steps_of_an_exited_process_end_with_it():
     pipeline.finish()
     [step] = [s for s in out.spans if s.name == "gpu step"]
     assert step.attributes["otelbpf.gpu.step.end_reason"] == "process_exited" and step.end_ns == 21 * MS
+
+
+# -- robustness --------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+FUNCTIONS = ["cudaMemcpy", "cudaMalloc", "cudaStreamSynchronize", "cuCtxSynchronize", "ncclAllReduce"]
+calls_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 2_000),  # start, ms
+        st.integers(0, 50),  # duration, ms
+        st.sampled_from(FUNCTIONS),
+        st.sampled_from([(100, 200), (100, 201), (300, 300)]),  # (pid, tid): engine threads / an engine process
+        st.integers(0, 5),  # launches
+    ),
+    max_size=40,
+)
+requests_strategy = st.lists(st.tuples(st.integers(0, 2_000), st.integers(0, 300)), max_size=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(calls_strategy, requests_strategy, st.integers(1, 4), st.integers(1, 200), st.integers(1, 500))
+def test_any_calls_and_requests_give_each_call_one_emitted_step_with_bounded_overlapping_links(
+    calls, requests, max_links, gap_ms, max_ms
+):
+    events = []
+    for conn, (start, length) in enumerate(requests, start=1):
+        events += request(conn, f"/r{conn}", start * MS + 1, (start + length) * MS + 2)
+    for start, length, function, (pid, tid), launches in calls:
+        library = "nccl" if function.startswith("nccl") else "cuda"
+        events.append(CallEvent(start * MS, (start + length) * MS, pid, tid, library, function, (0,) * 6, 0, 0,
+                                launches, max(0, start * MS - 3 * MS) if launches else 0, 0))  # fmt: skip
+    spans, counters = run(events, StepOptions(gap_ns=gap_ms * MS, max_duration_ns=max_ms * MS, max_links=max_links),
+                          parents={300: 100})  # fmt: skip
+    servers = {s.span_id: s for s in spans if s.scope == "otelbpf.http1"}
+    steps = {s.span_id: s for s in spans if s.name == "gpu step"}
+    gpu_calls = [s for s in spans if s.scope in ("otelbpf.cuda", "otelbpf.nccl")]
+    assert len(gpu_calls) == len(calls) and len(steps) == sum(1 for s in spans if s.name == "gpu step")
+    for call_span in gpu_calls:
+        step = steps[call_span.parent_span_id]  # every call is in a step emitted once (no request reads on 200/201/300)
+        assert step.start_ns <= call_span.start_ns and call_span.trace_id == step.trace_id
+    for step in steps.values():
+        assert step.parent_span_id == b"" and len(step.links) <= max_links
+        assert step.attributes["otelbpf.gpu.step.requests"] == len(step.links) + step.attributes.get(
+            "otelbpf.gpu.step.links_dropped", 0
+        )
+        for link in step.links:
+            linked = servers[link.span_id]
+            assert linked.start_ns <= step.end_ns and linked.end_ns >= step.start_ns  # in flight during the step
+    assert sum(s.attributes.get("otelbpf.gpu.kernel_launches", 0) for s in steps.values()) + counters.get(
+        "otelbpf.gpu.launches.unattributed"
+    ) == sum(c[4] for c in calls)
+
+
+def test_the_command_line_sets_the_step_options():
+    import argparse
+
+    from otelbpf.semantics.gpu_steps import add_arguments, options_from
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert options_from(parser.parse_args([])) == StepOptions()
+    args = parser.parse_args(["--gpu-step-gap-ms", "5", "--gpu-step-max-ms", "250", "--gpu-step-max-links", "7",
+                              "--gpu-step-scope", "process"])  # fmt: skip
+    assert options_from(args) == StepOptions(gap_ns=5 * MS, max_duration_ns=250 * MS, max_links=7, scope="process")
