@@ -88,6 +88,20 @@ class _Step:
     end_reason: str = ""
 
 
+@dataclass(slots=True)
+class _Ended:
+    """A request that ended: enough to link it."""
+
+    start_ns: int
+    end_ns: int
+    group: TraceGroup
+    span_id: bytes
+
+    @property
+    def trace_id(self) -> bytes:
+        return self.group.trace_id
+
+
 @dataclass
 class _Requests:
     """One process's server spans: those open, and those ended lately (with their end)."""
@@ -126,10 +140,12 @@ class EngineSteps:
         requests = self._requests.get(start.pid)
         if requests is None or requests.open.pop(id(start), None) is None:
             return
-        requests.ended.append((start, end_ns))
+        # what a link needs, not the span itself (its group: the trace it ends up in)
+        requests.ended.append(_Ended(start.start_ns, end_ns, start.group, start.span_id))
         if len(requests.ended) > MAX_ENDED_REQUESTS:
             requests.ended.popleft()
-            self._count("otelbpf.gpu.step.requests_forgotten")
+            if self._open or self._ending:
+                self._count("otelbpf.gpu.step.requests_forgotten")
 
     def _requests_of(self, pid: int) -> _Requests:
         requests = self._requests.get(pid)
@@ -216,7 +232,7 @@ class EngineSteps:
         oldest = min(oldest, now_ns - ENDED_REQUESTS_KEPT_NS)
         for pid, requests in list(self._requests.items()):
             ended = requests.ended
-            while ended and ended[0][1] < oldest:
+            while ended and ended[0].end_ns < oldest:
                 ended.popleft()
             if not ended and not requests.open:
                 del self._requests[pid]
@@ -253,15 +269,16 @@ class EngineSteps:
             protocol=sc.OTELBPF_SCOPE_GPU_STEP,
         )
 
-    def in_flight(self, pid: int, start_ns: int, end_ns: int) -> list[SpanStart]:
-        """Server spans in ``pid``'s scope open at any time in [start_ns, end_ns], earliest first."""
-        found = []
+    def in_flight(self, pid: int, start_ns: int, end_ns: int) -> list:
+        """Server spans in ``pid``'s scope open at any time in [start_ns, end_ns], earliest
+        first (each with ``start_ns``, ``trace_id`` and ``span_id``)."""
+        found: list = []
         for other in self._scope(pid):
             requests = self._requests.get(other)
             if requests is None:
                 continue
             found.extend(r for r in requests.open.values() if r.start_ns <= end_ns)
-            found.extend(r for r, ended in requests.ended if ended >= start_ns and r.start_ns <= end_ns)
+            found.extend(r for r in requests.ended if r.end_ns >= start_ns and r.start_ns <= end_ns)
         found.sort(key=lambda r: r.start_ns)
         return found
 
