@@ -53,7 +53,9 @@ def traced(services, agent, receiver, engine: str):
     )  # fmt: skip
     engine_pid = answers([get(server.port, "/engine")])[0]["pid"]
     pids = {server.pid, engine_pid}
-    run = agent([arg for pid in sorted(pids) for arg in ("--pid", str(pid))] + ["--otlp-endpoint", receiver.grpc_endpoint])
+    # steps end at their synchronisation; a long idle gap keeps a busy CI from cutting one in two
+    args = ["--otlp-endpoint", receiver.grpc_endpoint, "--gpu-step-gap-ms", "500"]
+    run = agent([arg for pid in sorted(pids) for arg in ("--pid", str(pid))] + args)
     probing = f"GPU: pid {engine_pid}: probing {STANDIN}/build/libcudart.so.12 "
     assert wait_until(lambda: probing in run.output, timeout=15), run.output
     return server, engine_pid, run
