@@ -323,7 +323,7 @@ OTELBPF_ASSOCIATION_GPU_STEP = "gpu_step"
 OTELBPF_GPU_STEP_CALLS = "otelbpf.gpu.step.calls"
 #: What ended it: ``synchronize`` (a stream/device/context/event sync returned),
 #: ``idle`` (no GPU call or launch for the idle gap), ``max_duration``,
-#: ``process_exited``, ``agent_stopped``.
+#: ``process_exited``, ``agent_stopped``, ``evicted`` (too many threads with a step open).
 OTELBPF_GPU_STEP_END_REASON = "otelbpf.gpu.step.end_reason"
 #: Requests (server spans in the step's scope) in flight at any time during the step,
 #: and how many of them got no link (beyond the link limit).
