@@ -44,15 +44,16 @@ def answers(clients: list[subprocess.Popen]) -> list[dict]:
     return out
 
 
-def traced(services, agent, receiver, engine: str):
-    """The batching server (engine in a thread or a child process) and the agent tracing it (and its engine)."""
+def traced(services, agent, receiver, engine: str, *others):
+    """The batching server (engine in a thread or a child process) and the agent tracing it, its
+    engine and ``others`` (services)."""
     server = services(
         [str(EXAMPLES / "gpu_batching_server.py"), "--port", "0", "--engine", engine, "--batch-size", str(BATCH),
          "--batch-wait-ms", "3000"],
         env={"CUDA_STANDIN_SYNC_US": str(SYNC_US)},
     )  # fmt: skip
     engine_pid = answers([get(server.port, "/engine")])[0]["pid"]
-    pids = {server.pid, engine_pid}
+    pids = {server.pid, engine_pid, *(other.pid for other in others)}
     # steps end at their synchronisation; a long idle gap keeps a busy CI from cutting one in two
     args = ["--otlp-endpoint", receiver.grpc_endpoint, "--gpu-step-gap-ms", "500"]
     run = agent([arg for pid in sorted(pids) for arg in ("--pid", str(pid))] + args)
@@ -67,12 +68,17 @@ def spans_by_id(spans) -> dict[bytes, object]:
 
 @pytest.mark.parametrize("engine", ["thread", "process"])
 def test_each_engine_step_links_exactly_the_requests_it_batched(services, agent, engine):
+    """Another traced service on the host (a sibling of the server) serves a slow request during
+    every step: out of the step's scope, it is never linked."""
+    other = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "400"])
     with OtlpReceiver(http_port=None) as receiver:
-        server, engine_pid, run = traced(services, agent, receiver, engine)
+        server, engine_pid, run = traced(services, agent, receiver, engine, other)
         batches = []
         for round_ in range(ROUNDS):
+            unrelated = get(other.port, f"/items/{round_}")
             clients = [get(server.port, f"/generate/r{round_}-{i}?launches={i + 1 + round_}") for i in range(BATCH)]
             replies = answers(clients)
+            answers([unrelated])
             assert {tuple(r["batch"]) for r in replies} == {tuple(sorted(f"r{round_}-{i}" for i in range(BATCH)))}
             batches.append(replies[0]["batch"])
         assert run.stop() == 0
@@ -108,6 +114,13 @@ def test_each_engine_step_links_exactly_the_requests_it_batched(services, agent,
         assert step.attributes["otelbpf.gpu.step.requests"] == BATCH
         assert step.span.end_time_unix_nano - step.span.start_time_unix_nano >= SYNC_US * 1000
     assert sorted(seen_batches) == sorted(batches)
+    unrelated = [s for s in spans if s.resource["process.pid"] == other.pid and s.span.kind == SERVER]
+    assert len(unrelated) == ROUNDS  # traced, and linked by no step (above) though in flight during them:
+    for step in steps:
+        assert any(
+            u.span.start_time_unix_nano <= step.span.end_time_unix_nano and u.span.end_time_unix_nano >= step.span.start_time_unix_nano
+            for u in unrelated
+        )
     for request in requests.values():  # the requests themselves made no GPU call
         assert "otelbpf.gpu.kernel_launches" not in request.attributes
         assert not [s for s in spans if s.span.parent_span_id == request.span.span_id]
