@@ -394,6 +394,12 @@ class Linker:
             settled.extend(self._decide(call, None))
         return settled
 
+    def open_requests(self):
+        """Every receiving span whose window is open, for an observer that starts late."""
+        for state in self._processes.values():
+            for windows in state.by_thread.values():
+                yield from windows
+
     @property
     def open_windows(self) -> int:
         return sum(state.open_count for state in self._processes.values())

@@ -145,12 +145,16 @@ def test_an_engine_process_links_the_requests_of_the_process_that_started_it_and
     assert step.links == []
 
 
-def test_a_thread_serving_a_request_makes_no_step():
+def test_a_thread_serving_a_request_makes_no_step_and_requests_cost_no_following():
     events = request(1, "/a", 10 * MS, 100 * MS) + request(2, "/b", 11 * MS, 100 * MS)
     events.append(call(20 * MS, 30 * MS, "cudaDeviceSynchronize", tid=1001))  # the thread that read /a
-    spans, _ = run(events)
-    servers, steps, [sync] = split(spans)
+    pipeline, out, _counters = make_pipeline()
+    gpu.attach(pipeline)
+    pipeline.handle(sorted(events, key=lambda e: e.ts_ns))
+    pipeline.finish()
+    servers, steps, [sync] = split(out.spans)
     assert steps == [] and sync.parent_span_id == servers["/a"].span_id
+    assert pipeline.linker.window_observers == []  # no step yet: requests are not followed
 
 
 def test_an_asyncio_task_s_launches_land_on_its_own_request():

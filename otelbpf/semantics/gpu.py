@@ -588,8 +588,7 @@ def attach(pipeline) -> GpuState:
 
 def attach_steps(pipeline, state: GpuState, options=None) -> None:
     """GPU calls on threads that serve no request become engine steps linked to the requests in flight."""
-    steps = state.steps = EngineSteps(lambda span: pipeline.consumer.on_end(span), pipeline.counters, options)
-    pipeline.linker.window_observers.append(steps)
+    steps = state.steps = EngineSteps(lambda span: pipeline.consumer.on_end(span), pipeline.linker, pipeline.counters, options)
     pipeline.tick_hooks.append(steps.tick)
 
 

@@ -28,6 +28,10 @@ services. At most ``max_links`` links per step, the earliest requests first;
 the rest are counted on the span (``otelbpf.gpu.step.links_dropped``) and in
 ``otelbpf.gpu.step.links_dropped``.
 
+Requests are followed (``Linker.window_observers``) from the first step on,
+starting with those open then: a host with no batching engine pays nothing
+per request.
+
 A step is built a little after it ends (when the pipeline's clock passed its
 end by ``FINALIZE_GRACE_NS``): events are sorted by time within a short
 window, and a request that started just before the end may be handled after
@@ -116,9 +120,13 @@ class EngineSteps:
     ``emit`` receives each finished step span (the pipeline's consumer, so the
     launch count its calls booked is written on it)."""
 
-    def __init__(self, emit: Callable[[SpanRecord], None], counters=None, options: StepOptions | None = None,
-                 parent_of: Callable[[int], int | None] = parent_of) -> None:
+    def __init__(self, emit: Callable[[SpanRecord], None], linker=None, counters=None,
+                 options: StepOptions | None = None, parent_of: Callable[[int], int | None] = parent_of) -> None:
         self.emit = emit
+        #: The pipeline's Linker: watched (window_observers) from the first step on, so
+        #: that a host with no batching engine pays nothing per request.
+        self.linker = linker
+        self._watching = False
         self.counters = counters
         self.options = options or StepOptions()
         self.parent_of = parent_of
@@ -147,6 +155,14 @@ class EngineSteps:
             if self._open or self._ending:
                 self._count("otelbpf.gpu.step.requests_forgotten")
 
+    def _watch(self) -> None:
+        """Start following requests: those open now, then every open and close."""
+        self._watching = True
+        if self.linker is not None:
+            self.linker.window_observers.append(self)
+            for start in self.linker.open_requests():
+                self.opened(start)
+
     def _requests_of(self, pid: int) -> _Requests:
         requests = self._requests.get(pid)
         if requests is None:
@@ -157,6 +173,8 @@ class EngineSteps:
 
     def place(self, call: CallEvent) -> SpanStart:
         """The identity of ``call``'s span, a child of its thread's current step."""
+        if not self._watching:
+            self._watch()
         key = (call.pid, call.tid)
         activity_ns = self._activity_start(call)
         step = self._open.get(key)
