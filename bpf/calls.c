@@ -78,7 +78,7 @@ static __always_inline void emit_call(__u64 id, struct call_frame *frame, __u64 
     __builtin_memcpy(rec->info.args, frame->args, sizeof(frame->args));
     rec->info.ret = ret;
     if (frame->flags & CALL_TAKES_LAUNCHES)
-        gpu_take_launches((__u32)id, &rec->info);
+        gpu_take_launches((__u32)id, rec->hdr.task_id, &rec->info);
     if ((frame->flags & CALL_READS_OUT0) && frame->args[0]) {
         __u64 out = 0;
         if (bpf_probe_read_user(&out, sizeof(out), (void *)frame->args[0]) == 0)

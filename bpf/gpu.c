@@ -5,7 +5,11 @@
  * the runtime's cudaLaunchKernel misses cuBLAS and Triton ones) run
  * gpu_launch_enter; the count is read and reset by the next GPU timeline call
  * the thread makes (bpf/calls.c, CALL_TAKES_LAUNCHES), which carries it to
- * user space in its record (call_info.launches). Entry-only because a return
+ * user space in its record (call_info.launches). Counts are kept per (thread,
+ * asyncio task): on an event-loop thread the launches of interleaved task
+ * steps (an `async def` handler calling CUDA) stay with their task, whose next
+ * timeline call takes them (py_current, bpf/pytasks.c; 0 outside a task
+ * step). Entry-only because a return
  * probe costs ~4.5 us on a ~9 us launch (measured on an H100; docs/gpu.md), so
  * the time spent in launch calls is not measured.
  */
@@ -14,13 +18,20 @@ struct gpu_launch_count {
     __u64 first_ns; /* the first launch since the last reset */
 };
 
-/* LRU: a thread that exits with launches not yet reported does not hold a slot forever */
-BPF_TABLE("lru_hash", __u32, struct gpu_launch_count, gpu_launches, 16384);
+struct gpu_launch_key {
+    __u32 tid;
+    __u32 pad;
+    __u64 task; /* the asyncio task (coroutine) running, 0: none */
+};
+
+/* LRU: a thread (or task) that ends with launches not yet reported does not hold a slot forever */
+BPF_TABLE("lru_hash", struct gpu_launch_key, struct gpu_launch_count, gpu_launches, 16384);
 
 int gpu_launch_enter(struct pt_regs *ctx)
 {
     __u32 tid = (__u32)bpf_get_current_pid_tgid();
-    struct gpu_launch_count *count = gpu_launches.lookup(&tid);
+    struct gpu_launch_key key = {.tid = tid, .task = current_task_id(tid)};
+    struct gpu_launch_count *count = gpu_launches.lookup(&key);
     if (count) {
         if (count->count == 0)
             count->first_ns = bpf_ktime_get_ns();
@@ -28,14 +39,15 @@ int gpu_launch_enter(struct pt_regs *ctx)
         return 0;
     }
     struct gpu_launch_count first = {.count = 1, .first_ns = bpf_ktime_get_ns()};
-    gpu_launches.update(&tid, &first);
+    gpu_launches.update(&key, &first);
     return 0;
 }
 
-/* Move the thread's launch count into `info` and reset it. */
-static __always_inline void gpu_take_launches(__u32 tid, struct call_info *info)
+/* Move the launch count of the thread's current task (0: none) into `info` and reset it. */
+static __always_inline void gpu_take_launches(__u32 tid, __u64 task, struct call_info *info)
 {
-    struct gpu_launch_count *count = gpu_launches.lookup(&tid);
+    struct gpu_launch_key key = {.tid = tid, .task = task};
+    struct gpu_launch_count *count = gpu_launches.lookup(&key);
     if (!count || count->count == 0)
         return;
     info->launches = count->count;

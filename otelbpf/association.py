@@ -33,6 +33,12 @@ their parent ends can point at it. The rules, in order of precedence
    out while no request was open are background threads and never linked
    this way.
 
+Library calls (``start_call``) may be placed by their family instead of the
+process rule or a root when their thread serves no request: GPU calls go to
+the thread's engine step, a span linked to every request in flight
+(otelbpf/semantics/gpu_steps.py); ``window_observers`` hear requests open
+and close for that.
+
 When the evidence names several candidates, or a task's decision finds no
 response, the span stays a root and ``otelbpf.association.ambiguous`` counts
 it: a wrong parent is worse than none. Spans carry ``otelbpf.association``
@@ -123,6 +129,10 @@ class Linker:
         self._task_call_done: dict[int, int] = {}
         #: Sending spans of messages, by the exchange's ``message_key``.
         self._sent_messages: OrderedDict[tuple, SpanStart] = OrderedDict()
+        #: Told of every request window that opens (``opened(start)``) and
+        #: closes (``closed(start, ts_ns)``): GPU engine steps link the
+        #: requests in flight (otelbpf/semantics/gpu_steps.py).
+        self.window_observers: list = []
 
     # -- starts -----------------------------------------------------------------
 
@@ -153,10 +163,14 @@ class Linker:
             self._remember_client(pair, start)
         return start
 
-    def start_call(self, pid: int, tid: int, ts_ns: int, task_id: int = 0) -> SpanStart:
+    def start_call(self, pid: int, tid: int, ts_ns: int, task_id: int = 0, off_request=None) -> SpanStart:
         """Identity of an INTERNAL span for a library call (CUDA, NCCL, ...)
-        made by ``tid`` at ``ts_ns``: under the request that thread serves."""
-        start = self._client_start(SpanKind.INTERNAL, pid, tid, task_id)
+        made by ``tid`` at ``ts_ns``: under the request that thread serves.
+        ``off_request()``, if given, places a call made outside any asyncio
+        task on a thread that serves no request (its library's own grouping:
+        a GPU engine step) in place of the process rule or a root; it may
+        return None."""
+        start = self._client_start(SpanKind.INTERNAL, pid, tid, task_id, off_request)
         start.start_ns = ts_ns
         start.task_id = task_id
         return start
@@ -197,10 +211,14 @@ class Linker:
             sent.popitem(last=False)
             self.counters.add("otelbpf.association.messages_evicted")
 
-    def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int) -> SpanStart:
+    def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int, off_request=None) -> SpanStart:
         if task_id and self._task_decisions < MAX_TASK_DECISIONS:
             return self._task_call(kind, pid, tid)
         parent, how = self._in_process_parent(pid, tid)
+        if off_request is not None and how != THREAD:
+            placed = off_request()
+            if placed is not None:
+                return placed
         if parent is not None:
             return SpanStart(parent.group, new_span_id(), parent.span_id, kind, pid, tid, how)
         start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
@@ -255,6 +273,8 @@ class Linker:
         state = self._state(start.pid)
         state.by_thread.setdefault(start.tid, []).append(start)
         state.open_count += 1
+        for observer in self.window_observers:
+            observer.opened(start)
 
     def _remember_client(self, key: tuple | None, start: SpanStart) -> None:
         if key is None:
@@ -290,6 +310,8 @@ class Linker:
         if start.kind in _RECEIVING:
             settled = self._answer_task_calls(start, ts_ns, task_id) if task_id else []
             self._close_window(start)
+            for observer in self.window_observers:
+                observer.closed(start, ts_ns)
             return settled
         key = self._client_keys.get(id(start))
         if key is not None:
@@ -371,6 +393,12 @@ class Linker:
         for call in state.task_calls:
             settled.extend(self._decide(call, None))
         return settled
+
+    def open_requests(self):
+        """Every receiving span whose window is open, for an observer that starts late."""
+        for state in self._processes.values():
+            for windows in state.by_thread.values():
+                yield from windows
 
     @property
     def open_windows(self) -> int:

@@ -11,6 +11,7 @@ import time
 
 from otelbpf import __version__
 from otelbpf.otlp import OTLP_TRANSPORTS
+from otelbpf.semantics import gpu_steps
 
 log = logging.getLogger("otelbpf")
 
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not probe CUDA runtime/driver and NCCL calls (uprobes; on by default, docs/gpu.md)",
     )
+    gpu_steps.add_arguments(run)
     run.add_argument(
         "--max-cpu",
         type=_positive_float,
@@ -411,6 +413,7 @@ def cmd_run(args) -> int:
     log.info("otelbpf: never traced: the agent; %s", exclusions.describe())
     options = SpanOptions(include_query=args.include_query_strings, capture_genai_content=args.capture_genai_content)
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
+    gpu_steps.configure(pipeline, args)
     budget = CpuBudget(args.max_cpu, pipeline.table) if args.max_cpu else None
     if metrics is not None:
         metrics.add_gauge("otelbpf.connections.open", lambda: len(pipeline.table))

@@ -21,6 +21,7 @@ exchange, or an end without a start, is counted in
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Callable, Protocol
 
 from otelbpf.association import Linker, hold_or_release, release
@@ -115,6 +116,10 @@ class Pipeline:
         #: Spans built during the current handle() call (one counter update per batch).
         self._spans_built = 0
         self.last_ts_ns = 0
+        #: Called after each batch with the event clock, and with
+        #: ``everything=True`` when the agent stops: work that ends by time
+        #: (GPU engine steps, otelbpf/semantics/gpu_steps.py).
+        self.tick_hooks: list[Callable[[int, bool], None]] = []
         #: The handler of each event family: a new family is a new entry here.
         self._handlers: dict[type, Callable] = {
             DataEvent: self._on_data,
@@ -168,6 +173,8 @@ class Pipeline:
         self._count_spans()
         if self.linker.pending_task_calls:
             self._release(self.linker.expire(self.last_ts_ns))
+        for tick in self.tick_hooks:
+            tick(self.last_ts_ns, False)
 
     def _on_data(self, event: DataEvent) -> None:
         if event.total_len > len(event.data) and not event.flags:
@@ -218,7 +225,9 @@ class Pipeline:
             self.counters.add("otelbpf.calls.unhandled", label=event.library)
             return
         self._observe_process(event.pid, "")
-        start = self.linker.start_call(event.pid, event.tid, event.ts_ns, event.task_id)
+        place = getattr(semantics, "place_off_request", None)  # e.g. GPU engine steps
+        off_request = None if place is None else partial(place, event)
+        start = self.linker.start_call(event.pid, event.tid, event.ts_ns, event.task_id, off_request)
         span = semantics.span(start, event)
         if span is None:
             return
@@ -234,6 +243,8 @@ class Pipeline:
         undecided links are given up, held spans leave."""
         self.table.close_all(ts_ns or self.last_ts_ns)
         self._release(self.linker.expire(self.last_ts_ns, everything=True))
+        for tick in self.tick_hooks:
+            tick(self.last_ts_ns, True)
         self._count_spans()
 
     def _count_spans(self) -> None:

@@ -310,3 +310,22 @@ OTELBPF_NCCL_NRANKS = "otelbpf.nccl.nranks"
 OTELBPF_NCCL_UNIQUE_ID = "otelbpf.nccl.unique_id"
 #: ncclResult_t a call returned (only when not ncclSuccess).
 OTELBPF_NCCL_RESULT = "otelbpf.nccl.result"
+
+# --- GPU engine steps (otelbpf's own; docs/gpu.md "Batching engines") ------------------
+#: Name of the span of one engine step: GPU work on a thread that serves no request
+#: (a continuous-batching worker, vLLM's engine core), linked to the requests in flight.
+OTELBPF_GPU_STEP_SPAN_NAME = "gpu step"
+#: Its instrumentation scope (``otelbpf.gpu_step``) and span protocol (no metric instruments).
+OTELBPF_SCOPE_GPU_STEP = "gpu_step"
+#: otelbpf.association of a GPU call span placed under its engine step.
+OTELBPF_ASSOCIATION_GPU_STEP = "gpu_step"
+#: GPU call spans made during the step (its children).
+OTELBPF_GPU_STEP_CALLS = "otelbpf.gpu.step.calls"
+#: What ended it: ``synchronize`` (a stream/device/context/event sync returned),
+#: ``idle`` (no GPU call or launch for the idle gap), ``max_duration``,
+#: ``process_exited``, ``agent_stopped``, ``evicted`` (too many threads with a step open).
+OTELBPF_GPU_STEP_END_REASON = "otelbpf.gpu.step.end_reason"
+#: Requests (server spans in the step's scope) in flight at any time during the step,
+#: and how many of them got no link (beyond the link limit).
+OTELBPF_GPU_STEP_REQUESTS = "otelbpf.gpu.step.requests"
+OTELBPF_GPU_STEP_LINKS_DROPPED = "otelbpf.gpu.step.links_dropped"

@@ -60,11 +60,14 @@ def test_launches_that_began_before_the_request_are_not_guessed_onto_it():
     assert counters.get("otelbpf.gpu.launches.unattributed") == 4
 
 
-def test_launches_outside_any_request_are_counted_apart():
+def test_launches_outside_any_request_go_to_the_engine_step_not_the_request():
     server, children, counters = served(call(60, 61, "cuStreamSynchronize", (0,), launches=3, first_launch=55))
     assert "otelbpf.gpu.kernel_launches" not in server.attributes
-    assert children[0].parent_span_id == b""
-    assert counters.get("otelbpf.gpu.launches.outside_requests") == 3
+    [step] = [c for c in children if c.name == "gpu step"]
+    [sync] = [c for c in children if c.name == "cuStreamSynchronize"]
+    assert sync.parent_span_id == step.span_id and step.parent_span_id == b"" and step.links == []
+    assert step.attributes["otelbpf.gpu.kernel_launches"] == 3 and step.start_ns == 55
+    assert counters.get("otelbpf.gpu.launches.outside_requests") == 0
 
 
 def test_pinned_memory_makes_copies_non_pageable_and_frees_report_sizes():

@@ -21,6 +21,12 @@ counting only launches made after the request started (a count that began
 before belongs partly to something else: it is counted in
 ``otelbpf.gpu.launches.unattributed`` instead of being guessed).
 
+Calls from an asyncio task wait for their parent decision (the request the
+task answers), and so do their launches (:meth:`GpuState.settle_deferred`,
+run before that request span is written); bpf/gpu.c counts launches per
+(thread, task). Calls on a thread that serves no request are grouped into
+engine steps linked to the requests in flight (otelbpf/semantics/gpu_steps.py).
+
 Pageable copies: a host pointer not inside memory the agent saw pinned
 (cudaHostAlloc, cudaMallocHost, cudaHostRegister, cuMemHostAlloc...) in that
 process. Memory pinned before the agent started looks pageable: say so in
@@ -40,6 +46,7 @@ from otelbpf import semconv as sc
 from otelbpf.events import CallEvent
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanRecord, StatusCode
+from otelbpf.semantics.gpu_steps import EngineSteps
 
 #: cudaMemcpyKind / the direction a driver copy function names.
 MEMCPY_KINDS = {0: "host_to_host", 1: "host_to_device", 2: "device_to_host", 3: "device_to_device", 4: "default"}
@@ -64,6 +71,8 @@ NCCL_ID_ON_STACK = platform.machine() == "x86_64"
 
 #: Parent spans whose launches are remembered at once (the oldest is dropped beyond).
 MAX_LEDGER = 65536
+#: Task calls whose launches wait for their parent decision, at most (beyond: outside requests).
+MAX_DEFERRED = 65536
 #: Pinned ranges and live allocations remembered per process.
 MAX_RANGES = 65536
 
@@ -126,7 +135,15 @@ class GpuState:
         self.launches: OrderedDict[bytes, list[tuple[int, int]]] = OrderedDict()
         #: launches per process (including those outside any request)
         self.launches_by_pid: dict[int, int] = {}
+        #: (task call, first launch ns, launches) waiting for the call's parent decision
+        self.deferred: list[tuple[SpanStart, int, int]] = []
         self.stragglers = StragglerDetector(counters)
+        #: GPU engine steps (otelbpf/semantics/gpu_steps.py), set by attach(); None: no steps.
+        self.steps = None
+
+    def place_off_request(self, call: CallEvent) -> SpanStart | None:
+        """A call on a thread that serves no request (not in an asyncio task): a child of its thread's engine step."""
+        return self.steps.place(call) if self.steps is not None else None
 
     def memory(self, pid: int) -> ProcessMemory:
         memory = self.processes.get(pid)
@@ -156,13 +173,37 @@ class GpuState:
         if not call.launches:
             return
         self.launches_by_pid[call.pid] = self.launches_by_pid.get(call.pid, 0) + call.launches
-        if not start.parent_span_id:
-            self._count("otelbpf.gpu.launches.outside_requests", call.launches)
+        if not start.parent_span_id and start.task_id and not start.association and start.group.root().pending:
+            self._defer(start, call)  # an asyncio task's call: its request is known when the task answers
             return
-        self.launches.setdefault(start.parent_span_id, []).append((call.first_launch_ns, call.launches))
+        self._book(start, call.first_launch_ns, call.launches)
+
+    def _book(self, start: SpanStart, first_ns: int, launches: int) -> None:
+        if not start.parent_span_id:
+            self._count("otelbpf.gpu.launches.outside_requests", launches)
+            return
+        self.launches.setdefault(start.parent_span_id, []).append((first_ns, launches))
         if len(self.launches) > MAX_LEDGER:
             self.launches.popitem(last=False)
             self._count("otelbpf.gpu.launches.evicted")
+
+    def _defer(self, start: SpanStart, call: CallEvent) -> None:
+        """Hold the launches of a task call until the linker decides its parent
+        (``Linker._decide``, before the request span it picks is built)."""
+        if len(self.deferred) >= MAX_DEFERRED:
+            self._count("otelbpf.gpu.launches.outside_requests", call.launches)
+            return
+        self.deferred.append((start, call.first_launch_ns, call.launches))
+
+    def settle_deferred(self) -> None:
+        """Book the held launches of task calls whose parent is now decided."""
+        undecided = []
+        for start, first_ns, launches in self.deferred:
+            if start.association:  # decided: under its request (task) or a root (ambiguous)
+                self._book(start, first_ns, launches)
+            else:
+                undecided.append((start, first_ns, launches))
+        self.deferred = undecided
 
     def take_launches(self, span: SpanRecord) -> int | None:
         """Launches made while ``span`` was being served (None: none booked under it)."""
@@ -249,6 +290,7 @@ class CudaCalls:
 
     def __init__(self, state: GpuState) -> None:
         self.state = state
+        self.place_off_request = state.place_off_request  # Pipeline._on_call: engine steps
 
     def span(self, start: SpanStart, call: CallEvent) -> SpanRecord | None:
         self.state.book_launches(start, call)
@@ -339,6 +381,7 @@ class NcclCalls:
 
     def __init__(self, state: GpuState) -> None:
         self.state = state
+        self.place_off_request = state.place_off_request  # Pipeline._on_call: engine steps
 
     def span(self, start: SpanStart, call: CallEvent) -> SpanRecord | None:
         self.state.book_launches(start, call)
@@ -508,6 +551,8 @@ class LaunchCountingConsumer:
         self.state = state
 
     def on_end(self, span: SpanRecord) -> None:
+        if self.state.deferred:
+            self.state.settle_deferred()
         if self.state.launches:
             launches = self.state.take_launches(span)
             if launches is not None:
@@ -527,15 +572,24 @@ def attach(pipeline) -> GpuState:
     pipeline.registry.register_calls(CudaCalls(state))
     pipeline.registry.register_calls(NcclCalls(state))
     pipeline.consumer = LaunchCountingConsumer(pipeline.consumer, state)
+    attach_steps(pipeline, state)
     exited = pipeline.on_process_exit
 
     def on_process_exit(pid: int) -> None:
+        if state.steps is not None:
+            state.steps.process_exited(pid)
         state.forget(pid)
         if exited is not None:
             exited(pid)
 
     pipeline.on_process_exit = on_process_exit
     return state
+
+
+def attach_steps(pipeline, state: GpuState, options=None) -> None:
+    """GPU calls on threads that serve no request become engine steps linked to the requests in flight."""
+    steps = state.steps = EngineSteps(lambda span: pipeline.consumer.on_end(span), pipeline.linker, pipeline.counters, options)
+    pipeline.tick_hooks.append(steps.tick)
 
 
 def state_of(pipeline) -> GpuState | None:
