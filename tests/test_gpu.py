@@ -358,3 +358,48 @@ def test_the_arm64_id_flag_matches_the_bpf_source():
     assert f"#define CALL_READS_STACK_ARG {gpu_probes.CALL_READS_STACK_ARG}\n" in source
     assert f"#define CALL_READS_ARG2_POINTEE {gpu_probes.CALL_READS_ARG2_POINTEE}\n" in source
     assert "bpf_probe_read_user(&frame.args[4], 2 * sizeof(__u64), (void *)frame.args[2])" in source
+
+
+class _Totals(dict):
+    """A stand-in for BCC's gpu_launch_totals table: pid keys (``.value``), leaves with count/time_ns."""
+
+    class Key(int):
+        @property
+        def value(self):
+            return int(self)
+
+    def items(self):
+        return [(self.Key(k), v) for k, v in super().items()]
+
+
+class _Leaf:
+    def __init__(self, count, time_ns=0):
+        self.count, self.time_ns = count, time_ns
+
+
+class _Source:
+    def __init__(self, table):
+        self._bpf = {"gpu_launch_totals": table}
+        self.config = None
+        self.probes = []
+
+    def add_call_probe(self, *args, **kwargs):
+        self.probes.append(args[0])
+
+    def add_probe(self, spec):
+        self.probes.append(spec)
+
+
+def test_launch_totals_of_an_exited_process_are_read_once_more_then_forgotten():
+    table = _Totals({7: _Leaf(5), 8: _Leaf(9, 1_500)})
+    source = _Source(table)
+    source.gpu = gpu_probes.GpuProbes(source, timed_launches=True)
+    assert source.probes[-1] is gpu_probes.TIMED_LAUNCH_SPEC and gpu_probes.TIMED_LAUNCH_SPEC.ret == "gpu_launch_return"
+    source.gpu.forget(8)  # exited: its BPF entry is freed, its final totals kept for the next read
+    assert 8 not in table
+    sums = gpu_probes.launch_sums(source)
+    assert {pid: [v for _n, _d, _u, v in values] for pid, values in sums.items()} == {7: [5, 0.0], 8: [9, 1.5e-6]}
+    assert [name for name, *_ in sums[7]] == ["otelbpf.gpu.kernel.launches", "otelbpf.gpu.kernel.launch.time"]
+    assert set(gpu_probes.launch_sums(source)) == {7}  # read once
+    source.gpu.forget(99)  # never launched: nothing to keep
+    assert gpu_probes.launch_sums(_Source(table)) == {}  # no probes started: nothing

@@ -106,9 +106,9 @@ class GpuProbes:
     #: pid -> mapped file -> probed functions (launch counters included)
     probed: dict[int, dict[str, set[str]]] = field(default_factory=dict)
     #: final launch totals of processes that exited, until the next read: pid -> (launches, ns)
-    _exited_totals: dict[int, tuple[int, int]] = field(default_factory=dict)
+    _exited_totals: dict[int, tuple[int, int]] = field(default_factory=dict, init=False, repr=False)
     #: the metrics thread reads the totals while the agent's thread forgets exited processes
-    _totals_lock: threading.Lock = field(default_factory=threading.Lock)
+    _totals_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name, library, hint, functions, flags, label in CALL_PROBES:
