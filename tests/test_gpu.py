@@ -6,6 +6,8 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_pipeline import IN, OUT, accepted, data, make_pipeline
 
 from otelbpf.events import CallEvent, ProcessStart
@@ -403,3 +405,28 @@ def test_launch_totals_of_an_exited_process_are_read_once_more_then_forgotten():
     assert set(gpu_probes.launch_sums(source)) == {7}  # read once
     source.gpu.forget(99)  # never launched: nothing to keep
     assert gpu_probes.launch_sums(_Source(table)) == {}  # no probes started: nothing
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 3), st.integers(0, 10**6), st.integers(0, 3)), max_size=60))
+def test_every_held_span_leaves_exactly_once_whatever_the_entries(entries):
+    """Arbitrary (seq, rank, entry time, clock step) sequences: nothing raises, every span added
+    leaves once (marked or counted unmatched), and exactly one rank is last in a marked collective."""
+    from otelbpf.selfmetrics import Counters
+    from otelbpf.semantics.nccl_lateness import CollectiveHold
+
+    now = [0]
+    counters = Counters()
+    hold = CollectiveHold(counters, timeout_ns=5, max_spans=7, clock=lambda: now[0])
+    added, out = [], []
+    for n, (seq, rank, ts, step) in enumerate(entries):
+        now[0] += step
+        span = nccl_span(n)
+        added.append(span.span_id)
+        out += hold.add(span, entry(rank, seq=seq, ts=ts, nranks=3))
+        out += hold.expire()
+    out += hold.expire(everything=True)
+    assert sorted(s.span_id for s in out) == sorted(added) and hold.held == 0
+    marked = [s for s in out if "otelbpf.nccl.last_to_enter" in s.attributes]
+    assert len(marked) + counters.get("otelbpf.nccl.spans.unmatched") == len(added)
+    assert sum(s.attributes["otelbpf.nccl.last_to_enter"] for s in marked) * 3 == len(marked)
