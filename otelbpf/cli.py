@@ -29,6 +29,9 @@ def _positive_int(text: str) -> int:
 
 #: The agent yields the CPU to the services it traces (README "Usage").
 DEFAULT_NICE = 10
+#: CUDA calls shorter than this are folded into their request span (an idle synchronisation, a
+#: small async copy's enqueue, a cached allocator's free: docs/gpu.md "Short calls folded").
+DEFAULT_GPU_MIN_CALL_DURATION = "50us"
 
 
 def _nice_value(text: str) -> int:
@@ -164,7 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--gpu-min-call-duration",
         type=_duration_ns,
-        default="50us",
+        default=DEFAULT_GPU_MIN_CALL_DURATION,
         metavar="DURATION",
         help="CUDA calls shorter than this (e.g. 50us, 1ms; default 50us; 0: export all) are not exported one by one: "
         "their request span carries how many and their time, per function; metrics still count them",

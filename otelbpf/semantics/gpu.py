@@ -73,9 +73,6 @@ log = logging.getLogger("otelbpf")
 #: is passed by reference to a caller's copy: x2 holds the pointer, the rank is in x3). Either
 #: way the probe puts the id's first 16 bytes in args[4..5] (otelbpf/sources/gpu.py NCCL_ID_FLAGS).
 NCCL_RANK_REGISTERS = {"x86_64": 2, "aarch64": 3}
-NCCL_RANK_REGISTER = NCCL_RANK_REGISTERS.get(platform.machine(), 2)
-#: Whether the probe reads the ncclUniqueId on this machine.
-NCCL_ID_READ = platform.machine() in NCCL_RANK_REGISTERS
 
 
 def decode_comm_init(args: tuple[int, ...], machine: str | None = None) -> tuple[int, int, str]:
@@ -93,9 +90,6 @@ def decode_comm_init(args: tuple[int, ...], machine: str | None = None) -> tuple
 MAX_LEDGER = 65536
 #: Pinned ranges and live allocations remembered per process.
 MAX_RANGES = 65536
-#: --gpu-min-call-duration's default: CUDA calls shorter than this are folded into their request
-#: span (a cudaGetDevice-sized call, an idle synchronisation, a small async copy's enqueue).
-DEFAULT_MIN_CALL_NS = 50_000
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s)?\s*$")
 _UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, None: 1_000}
 
