@@ -412,3 +412,45 @@ def test_short_calls_are_folded_into_their_request_span_and_still_counted(servic
                         for point in metric.histogram.data_points:
                             counted[attributes_dict(point.attributes)["code.function.name"]] = point.count
     assert counted == {"cudaMalloc": 3, "cudaFree": 3, "cudaDeviceSynchronize": 1}
+
+
+def test_the_arm64_way_of_passing_the_nccl_unique_id_is_decoded_from_real_probes(agent, tmp_path):
+    """AAPCS64 passes the 128-byte ncclUniqueId by reference: x2 points to the caller's copy, x3
+    holds the rank. The stand-in built with the id taken by pointer (build/byref) gets the same
+    layout on x86-64 (rdx, ecx), so the agent told to decode the arm64 way
+    (OTELBPF_NCCL_ID_ABI=aarch64) reads the id through the third argument with the real probe."""
+    comm_id = os.urandom(8).hex()
+    ranks = [
+        subprocess.Popen(
+            [subprocess.sys.executable, str(EXAMPLES / "nccl_ranks.py"), "--rank", str(rank), "--nranks", "2",
+             "--id", comm_id, "--id-by-reference", "--collectives", "3"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        for rank in range(2)
+    ]
+    try:
+        assert all(p.stdout.readline().strip() == "ready" for p in ranks)
+        run = agent(
+            [arg for p in ranks for arg in ("--pid", str(p.pid))] + ["--json-file", str(tmp_path / "spans.json")],
+            env={"OTELBPF_NCCL_ID_ABI": "aarch64"},
+        )
+        for p in ranks:
+            assert f"GPU: pid {p.pid}: probing {STANDIN}/build/byref/libnccl.so.2 " in run.output, run.output
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        assert all(p.stdout.readline().strip() == "done" for p in ranks)
+        assert run.stop() == 0
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f"/dev/shm/nccl-standin-{comm_id}")
+    spans = spans_in_file(tmp_path / "spans.json")
+    inits = {s.resource["process.pid"]: s.attributes for s in spans if s.name == "ncclCommInitRank"}
+    assert {pid: (a["otelbpf.nccl.rank"], a["otelbpf.nccl.nranks"]) for pid, a in inits.items()} == {
+        ranks[0].pid: (0, 2), ranks[1].pid: (1, 2),
+    }  # fmt: skip
+    assert {a["otelbpf.nccl.unique_id"] for a in inits.values()} == {comm_id + "00" * 8}  # read through x2's pointer
+    allreduces = [s.attributes for s in spans if s.name == "ncclAllReduce"]
+    assert len(allreduces) == 6 and sum(a["otelbpf.nccl.last_to_enter"] for a in allreduces) == 3  # matched across ranks

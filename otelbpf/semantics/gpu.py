@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import platform
 import re
 import statistics
@@ -75,10 +76,20 @@ log = logging.getLogger("otelbpf")
 NCCL_RANK_REGISTERS = {"x86_64": 2, "aarch64": 3}
 
 
+def nccl_abi() -> str:
+    """The machine whose calling convention ncclCommInitRank is decoded by: this one, or
+    OTELBPF_NCCL_ID_ABI (tests: ``aarch64`` on x86-64 against the stand-in NCCL built to take the
+    id by reference, whose registers then hold what an arm64 caller's would)."""
+    return os.environ.get("OTELBPF_NCCL_ID_ABI") or platform.machine()
+
+
+_NCCL_ABI = nccl_abi()
+
+
 def decode_comm_init(args: tuple[int, ...], machine: str | None = None) -> tuple[int, int, str]:
     """(nranks, rank, unique id hex or "") of an ncclCommInitRank(Config) call's argument words
     as the probe read them on ``machine`` (default: this one)."""
-    machine = machine or platform.machine()
+    machine = machine or _NCCL_ABI
     args = tuple(args) + (0,) * (6 - len(args))
     rank = _int32(args[NCCL_RANK_REGISTERS.get(machine, 2)])
     unique_id = ""

@@ -31,12 +31,17 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
 import threading
 from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
-from otelbpf.semantics.gpu import CUDA_FUNCTIONS, CUDA_OUT_POINTER_FUNCTIONS, NCCL_FUNCTIONS, NCCL_OUT_POINTER_FUNCTIONS
+from otelbpf.semantics.gpu import (
+    CUDA_FUNCTIONS,
+    CUDA_OUT_POINTER_FUNCTIONS,
+    NCCL_FUNCTIONS,
+    NCCL_OUT_POINTER_FUNCTIONS,
+    nccl_abi,
+)
 from otelbpf.sources.uprobes import Attachment, ProbeSpec
 
 log = logging.getLogger("otelbpf.gpu")
@@ -57,8 +62,8 @@ NCCL_ID_FLAGS = {"x86_64": CALL_READS_STACK_ARG, "aarch64": CALL_READS_ARG2_POIN
 
 
 def nccl_id_flag(machine: str | None = None) -> int:
-    """The flag that reads the ncclUniqueId on ``machine`` (default: this one; 0: not known)."""
-    return NCCL_ID_FLAGS.get(machine or platform.machine(), 0)
+    """The flag that reads the ncclUniqueId on ``machine`` (default: :func:`nccl_abi`; 0: not known)."""
+    return NCCL_ID_FLAGS.get(machine or nccl_abi(), 0)
 
 CUDART = r"/libcudart[^/]*\.so"
 CUDA_DRIVER = r"/libcuda\.so"
