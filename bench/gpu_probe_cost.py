@@ -4,7 +4,10 @@ A worker process loads the stand-in driver (examples/cuda_standin) and times,
 in a C loop (no ctypes per call), N ``cuLaunchKernel`` calls (entry-only
 probe: a count in a BPF map) and N ``cuStreamSynchronize`` calls (entry +
 return probes: one record per call), first with no agent, then with the agent
-tracing it (``--pid``). Prints nanoseconds per call and the difference.
+tracing it (``--pid``), then with the agent tracing it with
+``--gpu-launch-time`` (launches: entry + return probes, their time summed in
+BPF, still no record per launch). Prints nanoseconds per call and the
+differences.
 
 The stand-in functions do almost nothing, so the difference is the probe's
 whole cost; a real launch takes ~9 us (docs/gpu.md). Needs root and the
@@ -49,9 +52,9 @@ def timed(worker: subprocess.Popen, what: str, calls: int, repeats: int) -> floa
     return best
 
 
-def start_agent(pid: int) -> subprocess.Popen:
+def start_agent(pid: int, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     agent = subprocess.Popen(
-        [sys.executable, "-m", "otelbpf", "run", "--pid", str(pid), "--json-file", os.devnull],
+        [sys.executable, "-m", "otelbpf", "run", "--pid", str(pid), "--json-file", os.devnull, *extra],
         cwd=ROOT, stderr=subprocess.PIPE, text=True,
     )
     for line in agent.stderr:
@@ -71,18 +74,22 @@ def main() -> None:
     results = {}
     try:
         results["off"] = {w: timed(worker, w, args.calls, args.repeats) for w in ("launch", "sync")}
-        agent = start_agent(worker.pid)
-        try:
-            time.sleep(1.0)
-            results["traced"] = {w: timed(worker, w, args.calls, args.repeats) for w in ("launch", "sync")}
-        finally:
-            agent.terminate()
-            agent.wait(timeout=60)
+        for mode, extra, what in (("traced", (), ("launch", "sync")), ("timed", ("--gpu-launch-time",), ("launch",))):
+            agent = start_agent(worker.pid, extra)
+            try:
+                time.sleep(1.0)
+                results[mode] = {w: timed(worker, w, args.calls, args.repeats) for w in what}
+            finally:
+                agent.terminate()
+                agent.wait(timeout=60)
     finally:
         worker.kill()
-    for what, label in (("launch", "cuLaunchKernel (entry-only, counted in BPF)"),
-                        ("sync", "cuStreamSynchronize (entry + return, one record)")):  # fmt: skip
-        off, on = results["off"][what], results["traced"][what]
+    for what, mode, label in (
+        ("launch", "traced", "cuLaunchKernel, entry-only (counted in BPF, the default)"),
+        ("launch", "timed", "cuLaunchKernel, entry + return (--gpu-launch-time: counted and timed in BPF)"),
+        ("sync", "traced", "cuStreamSynchronize (entry + return, one record)"),
+    ):
+        off, on = results["off"][what], results[mode][what]
         print(f"{label}: {off:.0f} ns/call off, {on:.0f} ns/call traced: +{on - off:.0f} ns")
 
 

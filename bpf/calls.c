@@ -16,7 +16,11 @@
  * the record; CALL_READS_OUT0 reads, at return, the 8 bytes the first
  * argument points to (the pointer cudaMalloc wrote); CALL_READS_STACK_ARG
  * (x86-64) puts the first 16 bytes of the stack arguments in args[4..5] (the
- * start of the ncclUniqueId that ncclCommInitRank takes by value).
+ * start of the ncclUniqueId that ncclCommInitRank takes by value: on x86-64 a
+ * struct over 16 bytes is copied onto the stack); CALL_READS_ARG2_POINTEE
+ * (arm64) puts there the first 16 bytes the third argument points to (AAPCS64
+ * passes such a struct by reference to a caller's copy, in x2). Which flag a
+ * machine needs is chosen in otelbpf/sources/gpu.py (NCCL_ID_FLAGS).
  */
 #ifndef CALL_STACK_DEPTH
 #define CALL_STACK_DEPTH 4
@@ -26,6 +30,7 @@
 #define CALL_TAKES_LAUNCHES 4
 #define CALL_READS_OUT0 8
 #define CALL_READS_STACK_ARG 16
+#define CALL_READS_ARG2_POINTEE 32
 
 struct call_site_key {
     __u32 tgid;
@@ -106,6 +111,8 @@ int call_enter(struct pt_regs *ctx)
     frame.args[5] = PT_REGS_PARM6(ctx);
     if (site->flags & CALL_READS_STACK_ARG) /* at entry, sp points at the return address */
         bpf_probe_read_user(&frame.args[4], 2 * sizeof(__u64), (void *)(PT_REGS_SP(ctx) + 8));
+    else if ((site->flags & CALL_READS_ARG2_POINTEE) && frame.args[2])
+        bpf_probe_read_user(&frame.args[4], 2 * sizeof(__u64), (void *)frame.args[2]);
     if (!(site->flags & CALL_HAS_RETURN)) {
         emit_call(id, &frame, frame.ts, 0);
         return 0;

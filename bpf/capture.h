@@ -95,7 +95,7 @@ struct proc_info {
     char filename[PROC_PATH_LEN];
 };
 
-/* EV_CALL: header (ts_ns = entry) + this (72 bytes) */
+/* EV_CALL: header (ts_ns = entry) + this (104 bytes) */
 struct call_info {
     __u32 probe_id; /* user space maps it to (library, function) */
     __u32 call_flags;
@@ -109,6 +109,8 @@ struct call_info {
     /* CALL_READS_OUT0: the 8 bytes args[0] points to, read at return (the
      * pointer cudaMalloc/cudaHostAlloc wrote) */
     __u64 out0;
+    /* --gpu-launch-time: ns spent inside those launch calls (0: not measured) */
+    __u64 launch_ns;
 };
 
 /* Indexes of the per-CPU counter array `stats`. */

@@ -1,21 +1,37 @@
 /* GPU kernel launches, counted per thread in the kernel (never one record per
- * launch: a transformer makes thousands a second). Entry-only uprobes on the
+ * launch: a transformer makes thousands a second). Entry uprobes on the
  * driver's launch functions (cuLaunchKernel, cuLaunchKernelEx,
  * cuLaunchCooperativeKernel, cuGraphLaunch: the driver sees every launch once,
- * the runtime's cudaLaunchKernel misses cuBLAS and Triton ones) run
- * gpu_launch_enter; the count is read and reset by the next GPU timeline call
- * the thread makes (bpf/calls.c, CALL_TAKES_LAUNCHES), which carries it to
- * user space in its record (call_info.launches). Counts are kept per (thread,
- * asyncio task): on an event-loop thread the launches of interleaved task
- * steps (an `async def` handler calling CUDA) stay with their task, whose next
- * timeline call takes them (py_current, bpf/pytasks.c; 0 outside a task
- * step). Entry-only because a return
- * probe costs ~4.5 us on a ~9 us launch (measured on an H100; docs/gpu.md), so
- * the time spent in launch calls is not measured.
+ * the runtime's cudaLaunchKernel misses cuBLAS and Triton ones) count them
+ * twice over:
+ *  - per (thread, asyncio task) (gpu_launches): read and reset by the next GPU
+ *    timeline call the thread makes (bpf/calls.c, CALL_TAKES_LAUNCHES), which
+ *    carries the count to user space in its record (call_info.launches): the
+ *    request span's count. On an event-loop thread the launches of
+ *    interleaved task steps (an `async def` handler calling CUDA) stay with
+ *    their task, whose next timeline call takes them (py_current,
+ *    bpf/pytasks.c; 0 outside a task step);
+ *  - per process (gpu_launch_totals, monotonic): read by user space at each
+ *    metrics collection and at the process's exit (otelbpf/sources/gpu.py),
+ *    so launches no timeline call follows are counted too.
+ * By default the probes are entry-only (gpu_launch_enter): a return probe
+ * costs ~4.5 us on a ~9 us launch (measured on an H100; docs/gpu.md). With
+ * --gpu-launch-time, gpu_launch_enter_timed and gpu_launch_return also sum the
+ * time spent inside the outermost launch call per thread and task
+ * (call_info.launch_ns) and per process, still without a record per launch.
  */
 struct gpu_launch_count {
     __u64 count;
-    __u64 first_ns; /* the first launch since the last reset */
+    __u64 first_ns;   /* the first launch since the last reset */
+    __u64 time_ns;    /* --gpu-launch-time: ns inside launch calls since the last reset */
+    __u64 entered_ns; /* --gpu-launch-time: entry of the outermost launch call in progress */
+    __u32 depth;      /* --gpu-launch-time: launch calls in progress on the thread */
+    __u32 pad;
+};
+
+struct gpu_launch_total {
+    __u64 count;
+    __u64 time_ns;
 };
 
 struct gpu_launch_key {
@@ -26,24 +42,82 @@ struct gpu_launch_key {
 
 /* LRU: a thread (or task) that ends with launches not yet reported does not hold a slot forever */
 BPF_TABLE("lru_hash", struct gpu_launch_key, struct gpu_launch_count, gpu_launches, 16384);
+/* By tgid; user space deletes a process's entry when it has read it at the process's exit */
+BPF_HASH(gpu_launch_totals, __u32, struct gpu_launch_total, 16384);
 
-int gpu_launch_enter(struct pt_regs *ctx)
+static __always_inline struct gpu_launch_total *gpu_process_total(__u32 tgid)
 {
-    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    struct gpu_launch_total *total = gpu_launch_totals.lookup(&tgid);
+    if (total)
+        return total;
+    struct gpu_launch_total zero = {};
+    gpu_launch_totals.insert(&tgid, &zero); /* fails harmlessly if another thread of the process won */
+    return gpu_launch_totals.lookup(&tgid);
+}
+
+/* Count one launch for the thread's current task and its process; the task's entry. */
+static __always_inline struct gpu_launch_count *gpu_count_launch(__u64 id, __u64 now)
+{
+    __u32 tid = (__u32)id;
+    struct gpu_launch_total *total = gpu_process_total(id >> 32);
+    if (total)
+        __sync_fetch_and_add(&total->count, 1); /* threads of one process on several CPUs */
     struct gpu_launch_key key = {.tid = tid, .task = current_task_id(tid)};
     struct gpu_launch_count *count = gpu_launches.lookup(&key);
     if (count) {
         if (count->count == 0)
-            count->first_ns = bpf_ktime_get_ns();
+            count->first_ns = now;
         count->count += 1; /* one thread: no concurrent update */
-        return 0;
+        return count;
     }
-    struct gpu_launch_count first = {.count = 1, .first_ns = bpf_ktime_get_ns()};
+    struct gpu_launch_count first = {.count = 1, .first_ns = now};
     gpu_launches.update(&key, &first);
+    return gpu_launches.lookup(&key);
+}
+
+int gpu_launch_enter(struct pt_regs *ctx)
+{
+    gpu_count_launch(bpf_get_current_pid_tgid(), bpf_ktime_get_ns());
     return 0;
 }
 
-/* Move the launch count of the thread's current task (0: none) into `info` and reset it. */
+/* --gpu-launch-time: count, and note when the outermost launch call began. */
+int gpu_launch_enter_timed(struct pt_regs *ctx)
+{
+    __u64 now = bpf_ktime_get_ns();
+    struct gpu_launch_count *count = gpu_count_launch(bpf_get_current_pid_tgid(), now);
+    if (!count)
+        return 0;
+    if (count->depth == 0)
+        count->entered_ns = now;
+    count->depth += 1;
+    return 0;
+}
+
+/* --gpu-launch-time: the outermost launch call returned: add its time (a
+ * launch call is synchronous, so the task at its return is the one at its entry). */
+int gpu_launch_return(struct pt_regs *ctx)
+{
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)id;
+    struct gpu_launch_key key = {.tid = tid, .task = current_task_id(tid)};
+    struct gpu_launch_count *count = gpu_launches.lookup(&key);
+    if (!count || count->depth == 0)
+        return 0;
+    count->depth -= 1;
+    if (count->depth != 0 || count->entered_ns == 0)
+        return 0;
+    __u64 spent = bpf_ktime_get_ns() - count->entered_ns;
+    count->entered_ns = 0;
+    count->time_ns += spent;
+    __u32 tgid = id >> 32;
+    struct gpu_launch_total *total = gpu_launch_totals.lookup(&tgid);
+    if (total)
+        __sync_fetch_and_add(&total->time_ns, spent);
+    return 0;
+}
+
+/* Move the launch count (and time) of the thread's current task (0: none) into `info` and reset them. */
 static __always_inline void gpu_take_launches(__u32 tid, __u64 task, struct call_info *info)
 {
     struct gpu_launch_key key = {.tid = tid, .task = task};
@@ -52,6 +126,8 @@ static __always_inline void gpu_take_launches(__u32 tid, __u64 task, struct call
         return;
     info->launches = count->count;
     info->first_launch_ns = count->first_ns;
+    info->launch_ns = count->time_ns;
     count->count = 0;
     count->first_ns = 0;
+    count->time_ns = 0;
 }

@@ -14,6 +14,8 @@ Routes (query parameters in brackets):
   GET /pinned[?bytes=B]             cudaHostAlloc, cudaMemcpyAsync from pinned memory,
                                     cudaStreamSynchronize, cudaFreeHost
   GET /driver[?launches=N]          N cuLaunchKernelEx + cuGraphLaunch, cuStreamSynchronize (driver API)
+  GET /launch[?launches=N]          N cuLaunchKernelEx and no other call (no timeline call follows them)
+  GET /small[?calls=N]              N tiny cudaMalloc + cudaFree pairs, then a cudaDeviceSynchronize
   GET /allreduce[?count=C&rank=R&nranks=K]
                                     ncclCommInitRank (rank R of K), ncclAllReduce of C float32, ncclCommDestroy
   GET /keep[?bytes=B]               cudaMalloc, kept (a cache growing)
@@ -132,6 +134,21 @@ class Gpu:
         check(self.cuda.cuStreamSynchronize(None), "cuStreamSynchronize")
         return {"launches": launches + 1}
 
+    def launch_only(self, launches: int) -> dict:
+        config = LaunchConfig()
+        for _ in range(launches):
+            check(self.cuda.cuLaunchKernelEx(ctypes.byref(config), ctypes.c_void_p(0x2000), None, None), "cuLaunchKernelEx")
+        return {"launches": launches}
+
+    def small_calls(self, calls: int) -> dict:
+        rt = self.cudart
+        for _ in range(calls):
+            device = ctypes.c_void_p()
+            check(rt.cudaMalloc(ctypes.byref(device), 64), "cudaMalloc")
+            check(rt.cudaFree(device), "cudaFree")
+        check(rt.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+        return {"calls": calls}
+
     def allreduce(self, count: int, rank: int, nranks: int) -> dict:
         comm = ctypes.c_void_p()
         unique = UniqueId()
@@ -177,6 +194,8 @@ class InferenceHandler(BaseHTTPRequestHandler):
             "/keep": lambda gpu: gpu.keep(query.get("bytes", 4096)),
             "/release": lambda gpu: gpu.release(),
             "/driver": lambda gpu: gpu.driver(query.get("launches", 4)),
+            "/launch": lambda gpu: gpu.launch_only(query.get("launches", 4)),
+            "/small": lambda gpu: gpu.small_calls(query.get("calls", 3)),
             "/allreduce": lambda gpu: gpu.allreduce(query.get("count", 1024), query.get("rank", 0), query.get("nranks", 1)),
         }
         route = routes.get(url.path)

@@ -6,7 +6,9 @@ separate processes wait for each other like real ones.
 
 Prints "ready" once the library is loaded, waits for a line on stdin, runs,
 prints "done". The communicator is named by --id (hex, up to 16 bytes: the
-start of the 128-byte ncclUniqueId; the rest is zeros).
+start of the 128-byte ncclUniqueId; the rest is zeros). With --id-by-reference
+it calls the stand-in built to take the id by pointer, as an arm64 caller
+passes it (examples/cuda_standin/build/byref).
 """
 
 import argparse
@@ -33,10 +35,14 @@ def main() -> None:
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--delay-ms", type=float, default=20.0)
     parser.add_argument("--lib-dir", default=os.path.join(HERE, "cuda_standin", "build"))
+    parser.add_argument("--id-by-reference", action="store_true", help="the arm64 way (the build/byref stand-in)")
     args = parser.parse_args()
+    if args.id_by_reference:
+        args.lib_dir = os.path.join(args.lib_dir, "byref")
     os.environ.setdefault("NCCL_STANDIN_BARRIER", "1")
     nccl = ctypes.CDLL(os.path.join(args.lib_dir, "libnccl.so.2"))
-    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
+    id_type = ctypes.POINTER(UniqueId) if args.id_by_reference else UniqueId
+    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, id_type, ctypes.c_int]
     nccl.ncclAllReduce.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 2
     nccl.ncclCommDestroy.argtypes = [ctypes.c_void_p]
     print("ready", flush=True)
@@ -44,7 +50,8 @@ def main() -> None:
     unique = UniqueId()
     ctypes.memmove(ctypes.addressof(unique), bytes.fromhex(args.id).ljust(128, b"\0"), 128)  # (c_char arrays stop at a NUL)
     comm = ctypes.c_void_p()
-    assert nccl.ncclCommInitRank(ctypes.byref(comm), args.nranks, unique, args.rank) == 0
+    passed = ctypes.byref(unique) if args.id_by_reference else unique
+    assert nccl.ncclCommInitRank(ctypes.byref(comm), args.nranks, passed, args.rank) == 0
     for _ in range(args.collectives):
         if args.rank == args.slow_rank:
             time.sleep(args.delay_ms / 1000)

@@ -22,6 +22,9 @@ log = logging.getLogger("otelbpf")
 #: (BPF_RB_NO_WAKEUP), so this bounds the added latency of a span and sizes
 #: the ring: peak event rate x interval x record size must fit.
 DRAIN_INTERVAL_S = 0.010
+#: An idle tick stands this far behind the clock: past the reorder window, so
+#: an event still on its way is never overtaken by a time-based end.
+IDLE_TICK_LAG_NS = 500_000_000
 
 
 class LiveSource(Protocol):
@@ -108,6 +111,8 @@ class Agent:
             now = time.monotonic()
             if now >= next_kernel_sync:
                 self._sync_kernel_counters()
+                # behind the reorder window, so no event still on its way is overtaken
+                self.pipeline.tick_idle(time.time_ns() - IDLE_TICK_LAG_NS)
                 for notice in self.pipeline.registry.notices():  # e.g. DDS data on shared memory
                     log.warning("otelbpf: %s", notice)
                 next_kernel_sync = now + 1.0

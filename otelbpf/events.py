@@ -201,6 +201,8 @@ class CallEvent:
     first_launch_ns: int = 0
     #: the value args[0] pointed to at return (an out-pointer: cudaMalloc's devPtr), when read
     out0: int = 0
+    #: ns spent inside those launches' calls (--gpu-launch-time; 0: not measured)
+    launch_ns: int = 0
 
 
 @dataclass(slots=True)

@@ -238,6 +238,15 @@ class Pipeline:
         if self.resources.observe(pid, comm, exe) and self.on_new_process is not None:
             self.on_new_process(pid)
 
+    def tick_idle(self, now_ns: int) -> None:
+        """No event for a while: let the time-based hooks (engine steps, held
+        collective spans) see the clock move on, so an idle agent still ends
+        what is due. ``now_ns`` is on the events' clock (wall-clock ns, as the decoder stamps them), and
+        is never taken back behind the latest event."""
+        if now_ns > self.last_ts_ns:
+            for tick in self.tick_hooks:
+                tick(now_ns, False)
+
     def finish(self, ts_ns: int | None = None) -> None:
         """End every connection (agent stopping): open exchanges become spans,
         undecided links are given up, held spans leave."""

@@ -306,7 +306,8 @@ OTELBPF_NCCL_ROOT = "otelbpf.nccl.root"
 OTELBPF_NCCL_RANK = "otelbpf.nccl.rank"
 OTELBPF_NCCL_NRANKS = "otelbpf.nccl.nranks"
 #: On ncclCommInitRank spans: the first 16 bytes of the ncclUniqueId (hex), the same in every
-#: rank's process: what matches one communicator across processes (x86-64 only).
+#: rank's process: what matches one communicator across processes. Also on the collective
+#: spans of a communicator whose ncclCommInitRank was seen.
 OTELBPF_NCCL_UNIQUE_ID = "otelbpf.nccl.unique_id"
 #: ncclResult_t a call returned (only when not ncclSuccess).
 OTELBPF_NCCL_RESULT = "otelbpf.nccl.result"
@@ -329,3 +330,27 @@ OTELBPF_GPU_STEP_END_REASON = "otelbpf.gpu.step.end_reason"
 #: and how many of them got no link (beyond the link limit).
 OTELBPF_GPU_STEP_REQUESTS = "otelbpf.gpu.step.requests"
 OTELBPF_GPU_STEP_LINKS_DROPPED = "otelbpf.gpu.step.links_dropped"
+
+# --- GPU: launches per process, time in launch calls, folded short calls, rank lateness ---
+# (otelbpf's own, docs/gpu.md "Metrics", "Short calls", "Slow ranks")
+#: Per-process monotonic Sums read from the BPF launch totals (bpf/gpu.c): kernel launches, and
+#: (--gpu-launch-time) seconds spent inside the launch calls.
+OTELBPF_GPU_KERNEL_LAUNCHES_METRIC = "otelbpf.gpu.kernel.launches"
+OTELBPF_GPU_KERNEL_LAUNCH_TIME_METRIC = "otelbpf.gpu.kernel.launch.time"
+#: On a request span (--gpu-launch-time): nanoseconds its thread spent inside kernel launch calls.
+OTELBPF_GPU_KERNEL_LAUNCH_DURATION = "otelbpf.gpu.kernel_launch.duration"
+#: On a request span: the CUDA calls shorter than --gpu-min-call-duration made under it, not
+#: exported one by one; three aligned arrays: function, how many calls, their total nanoseconds.
+OTELBPF_GPU_FOLDED_CALLS_FUNCTION = "otelbpf.gpu.folded_calls.function"
+OTELBPF_GPU_FOLDED_CALLS_COUNT = "otelbpf.gpu.folded_calls.count"
+OTELBPF_GPU_FOLDED_CALLS_DURATION = "otelbpf.gpu.folded_calls.duration"
+#: On an NCCL collective span matched with the other ranks' on this node: nanoseconds after the
+#: first rank it entered this collective, and whether it was the last rank to enter.
+OTELBPF_NCCL_LATENESS = "otelbpf.nccl.lateness"
+OTELBPF_NCCL_LAST_TO_ENTER = "otelbpf.nccl.last_to_enter"
+#: Histogram (s) of OTELBPF_NCCL_LATENESS by communicator (OTELBPF_NCCL_UNIQUE_ID), rank, operation.
+OTELBPF_NCCL_COLLECTIVE_LATENESS = "otelbpf.nccl.collective.lateness"
+#: 0 (first in, or scheduling noise) to 10 s (a rank stuck in data loading or a checkpoint).
+NCCL_LATENESS_BOUNDARIES: tuple[float, ...] = (
+    1e-5, 1e-4, 5e-4, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
+)

@@ -55,7 +55,8 @@ def traced(services, agent, receiver, engine: str, *others):
     engine_pid = answers([get(server.port, "/engine")])[0]["pid"]
     pids = {server.pid, engine_pid, *(other.pid for other in others)}
     # steps end at their synchronisation; a long idle gap keeps a busy CI from cutting one in two
-    args = ["--otlp-endpoint", receiver.grpc_endpoint, "--gpu-step-gap-ms", "500"]
+    # every call a span (--gpu-min-call-duration 0): the stand-in calls are shorter than the default fold
+    args = ["--otlp-endpoint", receiver.grpc_endpoint, "--gpu-step-gap-ms", "500", "--gpu-min-call-duration", "0"]
     run = agent([arg for pid in sorted(pids) for arg in ("--pid", str(pid))] + args)
     probing = f"GPU: pid {engine_pid}: probing {STANDIN}/build/libcudart.so.12 "
     assert wait_until(lambda: probing in run.output, timeout=15), run.output

@@ -48,7 +48,7 @@ int main(void) {
     F(proc_info, filename);
     printf("call_info %zu\n", sizeof(struct call_info));
     F(call_info, probe_id); F(call_info, call_flags); F(call_info, end_ns); F(call_info, args); F(call_info, ret);
-    F(call_info, launches); F(call_info, first_launch_ns); F(call_info, out0);
+    F(call_info, launches); F(call_info, first_launch_ns); F(call_info, out0); F(call_info, launch_ns);
 #define C(name) printf(#name " %d\n", (int)(name))
     C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
     C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_COUNT);
@@ -109,8 +109,10 @@ def test_datagram_proc_and_call_records_match_c(c_layout):
     assert c_layout["proc_info"] == (layout.PROC_INFO.size,) and c_layout["proc_info.comm"] == (0, 16)
     assert c_layout["proc_info.filename"] == (16, 256)
     assert c_layout["call_info"] == (layout.CALL_INFO.size,)
-    fields = ["probe_id", "call_flags", "end_ns", "args", "ret", "launches", "first_launch_ns", "out0"]
-    assert [c_layout[f"call_info.{f}"] for f in fields] == [(0, 4), (4, 4), (8, 8), (16, 48), (64, 8), (72, 8), (80, 8), (88, 8)]
+    fields = ["probe_id", "call_flags", "end_ns", "args", "ret", "launches", "first_launch_ns", "out0", "launch_ns"]
+    assert [c_layout[f"call_info.{f}"] for f in fields] == [
+        (0, 4), (4, 4), (8, 8), (16, 48), (64, 8), (72, 8), (80, 8), (88, 8), (96, 8),
+    ]  # fmt: skip
 
 
 def test_constants_match_c(c_layout):
@@ -253,13 +255,13 @@ def test_decode_every_record_type():
 def test_decode_datagram_process_start_and_call():
     decoder = layout.RecordDecoder(clock_offset_ns=5, probe_names={3: ("libcudart.so.12", "cudaMalloc")})
     peer = layout.DATAGRAM_INFO.pack(10, 5353, 17, bytes(15) + b"\x01")
-    call = layout.CALL_INFO.pack(3, 0, 2_000, 1, 2, 3, 4, 5, 6, -12, 7, 1_500, 0xABC)
+    call = layout.CALL_INFO.pack(3, 0, 2_000, 1, 2, 3, 4, 5, 6, -12, 7, 1_500, 0xABC, 640)
     events = decoder.decode(
         [
             _record(layout.EV_DATAGRAM, b"dns?", direction=1, total=40, info=peer, source=1),
             _record(layout.EV_PROC_START, info=layout.PROC_INFO.pack(b"nginx", b"/usr/sbin/nginx")),
             _record(layout.EV_CALL, info=call),
-            _record(layout.EV_CALL, info=layout.CALL_INFO.pack(9, 0, 1_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+            _record(layout.EV_CALL, info=layout.CALL_INFO.pack(9, 0, 1_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
             _record(layout.EV_DATA, b"x", source=1),
         ]
     )
@@ -275,7 +277,7 @@ def test_decode_datagram_process_start_and_call():
         -12,
     )
     assert (call_event.ts_ns, call_event.end_ns, call_event.tid) == (1_005, 2_005, 101)
-    assert (call_event.launches, call_event.first_launch_ns, call_event.out0) == (7, 1_505, 0xABC)
+    assert (call_event.launches, call_event.first_launch_ns, call_event.out0, call_event.launch_ns) == (7, 1_505, 0xABC, 640)
     assert unknown.function == "probe#9" and unknown.first_launch_ns == 0  # no launch: no time to convert
     assert data.source == 1
 

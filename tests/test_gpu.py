@@ -6,6 +6,8 @@ import shutil
 import subprocess
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_pipeline import IN, OUT, accepted, data, make_pipeline
 
 from otelbpf.events import CallEvent, ProcessStart
@@ -27,10 +29,13 @@ def standin():
     return STANDIN / "build"
 
 
-def served(*calls: CallEvent):
-    """A request on thread 101 of process 100 from t=10 to t=50, with ``calls`` in between (or around)."""
+def served(*calls: CallEvent, min_call_ns: int = 0, metrics=None):
+    """A request on thread 101 of process 100 from t=10 to t=50, with ``calls`` in between (or
+    around); ``metrics``: a SpanMetrics the consumer feeds too."""
     pipeline, out, counters = make_pipeline()
-    gpu.attach(pipeline)
+    if metrics is not None:
+        pipeline.consumer = _Metered(pipeline.consumer, metrics)
+    gpu.attach(pipeline, min_call_ns)
     events = [ProcessStart(1, 100, "server"), accepted(1, 100), data(10, 1, 100, IN, GET, tid=101)]
     events += [c for c in calls if c.ts_ns < 50]
     events.append(data(50, 1, 100, OUT, OK, tid=101))
@@ -41,8 +46,19 @@ def served(*calls: CallEvent):
     return server, [s for s in out.spans if s is not server], counters
 
 
-def call(ts, end, function, args=(), library="cuda", ret=0, launches=0, first_launch=0, out0=0, tid=101):
-    return CallEvent(ts, end, 100, tid, library, function, args, ret, 0, launches, first_launch, out0)
+def call(ts, end, function, args=(), library="cuda", ret=0, launches=0, first_launch=0, out0=0, tid=101, launch_ns=0):
+    return CallEvent(ts, end, 100, tid, library, function, args, ret, 0, launches, first_launch, out0, launch_ns)
+
+
+class _Metered:
+    """A consumer that also feeds span metrics (as MeteredProcessor does: ``span_metrics``)."""
+
+    def __init__(self, consumer, span_metrics):
+        self.consumer, self.span_metrics = consumer, span_metrics
+
+    def on_end(self, span):
+        self.consumer.on_end(span)
+        self.span_metrics.record(span)
 
 
 def test_launches_counted_after_the_request_started_land_on_it():
@@ -209,3 +225,216 @@ def test_gpu_call_spans_feed_the_gpu_metrics():
 class _Resources:
     def attributes(self, pid):
         return {"service.name": "gpu-server"}
+
+
+# -- launch time, folded calls, the collective hold, arm64 ---------------------------------------
+
+
+def test_time_inside_launch_calls_lands_on_the_request_span_with_the_count():
+    server, _children, _ = served(
+        call(20, 22, "cudaDeviceSynchronize", launches=5, first_launch=15, launch_ns=900),
+        call(30, 31, "cudaMemcpy", (1, 2, 64, 2), launches=2, first_launch=25, launch_ns=300),
+    )
+    assert server.attributes["otelbpf.gpu.kernel_launches"] == 7
+    assert server.attributes["otelbpf.gpu.kernel_launch.duration"] == 1200
+
+
+def test_short_successful_cuda_calls_are_folded_per_function_and_still_measured():
+    from otelbpf.metrics.histograms import SpanMetrics
+    from otelbpf.registry import default_instruments
+
+    metrics = SpanMetrics(_Resources(), default_instruments())
+    server, children, counters = served(
+        call(11, 13, "cudaMalloc", (0x7008, 64), out0=0xD000),
+        call(14, 15, "cudaFree", (0xD000,)),
+        call(16, 19, "cudaMalloc", (0x7008, 64), out0=0xD100),
+        call(20, 21, "cudaFree", (0xBAD,), ret=1),  # failed: always a span
+        call(22, 40, "cudaDeviceSynchronize"),  # 18 ns: over the threshold
+        call(41, 42, "ncclAllReduce", (1, 2, 3, 7, 0, 0xC0FFEE), library="nccl"),  # NCCL: never folded
+        call(60, 61, "cudaFree", (0xD100,)),  # after the request: folded into an engine step
+        min_call_ns=10, metrics=metrics,
+    )  # fmt: skip
+    [step] = [c for c in children if c.name == "gpu step"]
+    assert step.attributes["otelbpf.gpu.folded_calls.function"] == ["cudaFree"]
+    assert step.attributes["otelbpf.gpu.folded_calls.count"] == [1]
+    children = [c for c in children if c is not step]
+    assert [c.name for c in children] == ["cudaFree", "cudaDeviceSynchronize", "ncclAllReduce"]
+    assert server.attributes["otelbpf.gpu.folded_calls.function"] == ["cudaFree", "cudaMalloc"]
+    assert server.attributes["otelbpf.gpu.folded_calls.count"] == [1, 2]
+    assert server.attributes["otelbpf.gpu.folded_calls.duration"] == [1, 5]
+    assert counters.get("otelbpf.gpu.calls.folded") == 4
+    [process] = metrics.collect().processes
+    counts = {}
+    for point in process.points("otelbpf.gpu.call.duration"):
+        key = (dict(point.attributes)["code.function.name"], dict(point.attributes).get("error.type"))
+        counts[key] = point.count
+    # the folded ones included
+    assert counts == {("cudaMalloc", None): 2, ("cudaFree", None): 2, ("cudaFree", "1"): 1, ("cudaDeviceSynchronize", None): 1}
+
+
+def test_durations_parse_with_units_and_bare_microseconds():
+    assert [gpu.parse_duration_ns(t) for t in ("50us", "1ms", "0", "2.5ms", "250ns", "1s", "7")] == [
+        50_000, 1_000_000, 0, 2_500_000, 250, 1_000_000_000, 7_000,
+    ]
+    for bad in ("", "fast", "-1ms", "5 parsecs"):
+        with pytest.raises(ValueError):
+            gpu.parse_duration_ns(bad)
+
+
+def entry(rank, seq=1, ts=0, nranks=3):
+    from otelbpf.semantics.nccl_lateness import Entry
+
+    return Entry("ab" * 16, seq, rank, nranks, ts)
+
+
+def nccl_span(n):
+    from otelbpf.model import SpanKind, SpanRecord
+
+    return SpanRecord(bytes(16), n.to_bytes(8, "big"), "ncclAllReduce", SpanKind.INTERNAL, 0, 1, 100)
+
+
+def test_the_hold_marks_a_collective_once_every_rank_is_in():
+    from otelbpf.selfmetrics import Counters
+    from otelbpf.semantics.nccl_lateness import CollectiveHold
+
+    hold = CollectiveHold(Counters())
+    spans = [nccl_span(i) for i in range(3)]
+    assert hold.add(spans[0], entry(0, ts=1_000)) == []
+    assert hold.add(spans[2], entry(2, ts=9_000)) == []  # the rank that entered last arrives before rank 1
+    out = hold.add(spans[1], entry(1, ts=1_500))
+    assert sorted(s.span_id for s in out) == sorted(s.span_id for s in spans) and hold.held == 0
+    assert [s.attributes["otelbpf.nccl.lateness"] for s in spans] == [0, 500, 8_000]
+    assert [s.attributes["otelbpf.nccl.last_to_enter"] for s in spans] == [False, False, True]
+
+
+def test_the_hold_lets_incomplete_collectives_go_unmarked_and_counted():
+    from otelbpf.selfmetrics import Counters
+    from otelbpf.semantics.nccl_lateness import CollectiveHold
+
+    now = [0]
+    counters = Counters()
+    hold = CollectiveHold(counters, timeout_ns=100, max_spans=2, clock=lambda: now[0])
+    a, b, c, d = (nccl_span(i) for i in range(4))
+    assert hold.add(a, entry(0, seq=1)) == [] and hold.add(b, entry(0, seq=2)) == []
+    assert hold.add(c, entry(0, seq=3)) == [a]  # over the size cap: the oldest collective leaves
+    assert hold.add(d, entry(0, seq=3)) == [d]  # the same rank twice in one collective: not guessed
+    now[0] = 150
+    assert hold.expire() == [b, c] and hold.held == 0  # past the timeout
+    assert counters.get("otelbpf.nccl.spans.unmatched") == 4
+    assert all("otelbpf.nccl.last_to_enter" not in s.attributes for s in (a, b, c, d))
+
+
+def test_collective_spans_of_a_communicator_with_a_rank_elsewhere_stop_being_held():
+    """Rank 0 of 2, rank 1 never seen (on another node): its first collective is held in case
+    rank 1 joins late, and leaves unmarked (counted) at the end; one past the hold's timeout
+    after the set-up passes at once."""
+    late = 11 + gpu.HOLD_TIMEOUT_NS + 1
+    server, children, counters = served(
+        call(11, 12, "ncclCommInitRank", (0x7000, 2, 0, 0, 0x1111, 0x2222), library="nccl", out0=0xC0),
+        call(13, 14, "ncclAllReduce", (1, 2, 3, 7, 0, 0xC0), library="nccl"),
+        call(late, late + 1, "ncclAllReduce", (1, 2, 3, 7, 0, 0xC0), library="nccl"),
+    )
+    # the late one, after the request, is in an engine step; the held one left last
+    init, late_allreduce, first_allreduce = [c for c in children if c.name != "gpu step"]
+    assert first_allreduce.start_ns == 13 and late_allreduce.start_ns == late
+    for allreduce in (first_allreduce, late_allreduce):
+        assert allreduce.attributes["otelbpf.nccl.rank"] == 0
+        assert allreduce.attributes["otelbpf.nccl.unique_id"] == init.attributes["otelbpf.nccl.unique_id"]
+        assert "otelbpf.nccl.last_to_enter" not in allreduce.attributes
+    assert counters.get("otelbpf.nccl.spans.unmatched") == 1
+
+
+def test_ncclcomminitrank_arguments_on_x86_64_and_arm64():
+    """x86-64 (System V): the 128-byte ncclUniqueId is copied onto the stack, so nranks, rank are
+    esi, edx and the probe reads the id from the stack into args[4..5]. arm64 (AAPCS64): it goes by
+    reference to a caller's copy: x2 holds the pointer, x3 the rank, and the probe reads the
+    id's first 16 bytes through x2 into args[4..5]."""
+    id_words = (int.from_bytes(bytes(range(8)), "little"), int.from_bytes(bytes(range(8, 16)), "little"))
+    x86 = (0x7FF0, 4, 3, 0xC0F, *id_words)  # rdi comm*, esi nranks, edx rank, rcx (config), stack id
+    arm = (0x7FF0, 4, 0x7FFE_1000, 3, *id_words)  # x0 comm*, x1 nranks, x2 &id, x3 rank
+    expected = (4, 3, bytes(range(16)).hex())
+    assert gpu.decode_comm_init(x86, "x86_64") == expected
+    assert gpu.decode_comm_init(arm, "aarch64") == expected
+    assert gpu.decode_comm_init(arm, "x86_64")[1] != 3  # the other machine's layout reads garbage
+    assert gpu_probes.nccl_id_flag("x86_64") == gpu_probes.CALL_READS_STACK_ARG
+    assert gpu_probes.nccl_id_flag("aarch64") == gpu_probes.CALL_READS_ARG2_POINTEE
+    assert gpu_probes.nccl_id_flag("riscv64") == 0 and gpu.decode_comm_init(x86, "riscv64")[2] == ""
+
+
+def test_the_arm64_id_flag_matches_the_bpf_source():
+    """The flag values user space sets are the ones bpf/calls.c tests, and the arm64 path reads
+    16 bytes through the third argument into args[4..5]."""
+    source = (ROOT / "bpf" / "calls.c").read_text()
+    assert f"#define CALL_READS_STACK_ARG {gpu_probes.CALL_READS_STACK_ARG}\n" in source
+    assert f"#define CALL_READS_ARG2_POINTEE {gpu_probes.CALL_READS_ARG2_POINTEE}\n" in source
+    assert "bpf_probe_read_user(&frame.args[4], 2 * sizeof(__u64), (void *)frame.args[2])" in source
+
+
+class _Totals(dict):
+    """A stand-in for BCC's gpu_launch_totals table: pid keys (``.value``), leaves with count/time_ns."""
+
+    class Key(int):
+        @property
+        def value(self):
+            return int(self)
+
+    def items(self):
+        return [(self.Key(k), v) for k, v in super().items()]
+
+
+class _Leaf:
+    def __init__(self, count, time_ns=0):
+        self.count, self.time_ns = count, time_ns
+
+
+class _Source:
+    def __init__(self, table):
+        self._bpf = {"gpu_launch_totals": table}
+        self.config = None
+        self.probes = []
+
+    def add_call_probe(self, *args, **kwargs):
+        self.probes.append(args[0])
+
+    def add_probe(self, spec):
+        self.probes.append(spec)
+
+
+def test_launch_totals_of_an_exited_process_are_read_once_more_then_forgotten():
+    table = _Totals({7: _Leaf(5), 8: _Leaf(9, 1_500)})
+    source = _Source(table)
+    source.gpu = gpu_probes.GpuProbes(source, timed_launches=True)
+    assert source.probes[-1] is gpu_probes.TIMED_LAUNCH_SPEC and gpu_probes.TIMED_LAUNCH_SPEC.ret == "gpu_launch_return"
+    source.gpu.forget(8)  # exited: its BPF entry is freed, its final totals kept for the next read
+    assert 8 not in table
+    sums = gpu_probes.launch_sums(source)
+    assert {pid: [v for _n, _d, _u, v in values] for pid, values in sums.items()} == {7: [5, 0.0], 8: [9, 1.5e-6]}
+    assert [name for name, *_ in sums[7]] == ["otelbpf.gpu.kernel.launches", "otelbpf.gpu.kernel.launch.time"]
+    assert set(gpu_probes.launch_sums(source)) == {7}  # read once
+    source.gpu.forget(99)  # never launched: nothing to keep
+    assert gpu_probes.launch_sums(_Source(table)) == {}  # no probes started: nothing
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 6), st.integers(0, 3), st.integers(0, 10**6), st.integers(0, 3)), max_size=60))
+def test_every_held_span_leaves_exactly_once_whatever_the_entries(entries):
+    """Arbitrary (seq, rank, entry time, clock step) sequences: nothing raises, every span added
+    leaves once (marked or counted unmatched), and exactly one rank is last in a marked collective."""
+    from otelbpf.selfmetrics import Counters
+    from otelbpf.semantics.nccl_lateness import CollectiveHold
+
+    now = [0]
+    counters = Counters()
+    hold = CollectiveHold(counters, timeout_ns=5, max_spans=7, clock=lambda: now[0])
+    added, out = [], []
+    for n, (seq, rank, ts, step) in enumerate(entries):
+        now[0] += step
+        span = nccl_span(n)
+        added.append(span.span_id)
+        out += hold.add(span, entry(rank, seq=seq, ts=ts, nranks=3))
+        out += hold.expire()
+    out += hold.expire(everything=True)
+    assert sorted(s.span_id for s in out) == sorted(added) and hold.held == 0
+    marked = [s for s in out if "otelbpf.nccl.last_to_enter" in s.attributes]
+    assert len(marked) + counters.get("otelbpf.nccl.spans.unmatched") == len(added)
+    assert sum(s.attributes["otelbpf.nccl.last_to_enter"] for s in marked) * 3 == len(marked)

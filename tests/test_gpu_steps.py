@@ -259,3 +259,19 @@ def test_the_command_line_sets_the_step_options():
     args = parser.parse_args(["--gpu-step-gap-ms", "5", "--gpu-step-max-ms", "250", "--gpu-step-max-links", "7",
                               "--gpu-step-scope", "process"])  # fmt: skip
     assert options_from(args) == StepOptions(gap_ns=5 * MS, max_duration_ns=250 * MS, max_links=7, scope="process")
+
+
+def test_an_idle_agent_still_ends_a_step_when_the_clock_moves_on():
+    """No event after the step's last call: the agent's idle tick (Pipeline.tick_idle, once a
+    second) ends it by the idle gap, without waiting for the next event or the agent's stop."""
+    pipeline, out, _ = make_pipeline()
+    gpu.attach(pipeline)
+    events = request(1, "/a", 1 * MS, 3 * MS) + [call(2 * MS, 2 * MS + 10, "cudaMemcpy")]
+    pipeline.handle([ProcessStart(1, 100, "server")] + sorted(events, key=lambda e: e.ts_ns))
+    assert [s.name for s in out.spans if s.name == "gpu step"] == []  # the gap has not passed yet
+    pipeline.tick_idle(2 * MS)  # behind the latest event: not taken back
+    assert [s.name for s in out.spans if s.name == "gpu step"] == []
+    pipeline.tick_idle(500 * MS)
+    [step] = [s for s in out.spans if s.name == "gpu step"]
+    assert step.attributes["otelbpf.gpu.step.end_reason"] == "idle"
+    assert [s.parent_span_id for s in out.spans if s.scope == "otelbpf.cuda"] == [step.span_id]

@@ -831,3 +831,24 @@ def test_any_protocol_s_instruments_are_aggregated_and_encoded_from_their_defini
 def test_the_profiles_signal_url_replaces_another_signal_s_path() -> None:
     assert signal_url("http://c:4318", PROFILES) == "http://c:4318/v1development/profiles"
     assert signal_url("http://c:4318/p/v1/traces", PROFILES) == "http://c:4318/p/v1development/profiles"
+
+
+def test_per_process_sums_are_cumulative_monotonic_under_each_process_resource() -> None:
+    """MetricsExporter.add_process_sums (GPU kernel launches): a Sum per process, started when
+    the agent started, beside the gauges, merged into the process's Resource."""
+    exporter = MetricsExporter(None, Counters(), {"service.name": "otelbpf"}, [], interval_s=60, start=False)
+    totals = {7: 3}
+    exporter.add_process_sums(
+        lambda: {pid: [("x.launches", "Launches.", "{launch}", n)] for pid, n in totals.items()},
+        lambda pid: {"process.pid": pid},
+    )
+    exporter.add_process_gauges(lambda: {7: [("x.reserved", "Reserved.", "By", 10)]}, lambda pid: {"process.pid": pid})
+    first = {(r.get("process.pid"), m.name): m for r, m in metrics_of(exporter.collect())}
+    totals[7] = 5
+    second = {(r.get("process.pid"), m.name): m for r, m in metrics_of(exporter.collect())}
+    launches = second[(7, "x.launches")]
+    assert launches.sum.is_monotonic and launches.sum.aggregation_temporality == AggregationTemporality.AGGREGATION_TEMPORALITY_CUMULATIVE
+    assert first[(7, "x.launches")].sum.data_points[0].as_int == 3 and launches.sum.data_points[0].as_int == 5
+    point = launches.sum.data_points[0]
+    assert 0 < point.start_time_unix_nano < point.time_unix_nano
+    assert launches.unit == "{launch}" and second[(7, "x.reserved")].gauge.data_points[0].as_int == 10

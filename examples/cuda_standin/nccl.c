@@ -33,6 +33,20 @@ struct ncclComm {
 typedef struct ncclComm *ncclComm_t;
 typedef struct { size_t size; unsigned int magic; unsigned int version; int blocking; } ncclConfig_t;
 
+#ifdef NCCL_ID_BY_REFERENCE
+/* How an arm64 (AAPCS64) caller passes the 128-byte ncclUniqueId: a pointer to a copy it made, in
+ * the argument's own register. Built with -DNCCL_ID_BY_REFERENCE on x86-64 (build/byref/), the
+ * pointer lands in rdx and the rank in ecx: arm64's layout (x2, x3), so the agent's arm64 decoding
+ * (OTELBPF_NCCL_ID_ABI=aarch64) runs on real probes here. */
+#define UNIQUE_ID_PARAM const ncclUniqueId *commIdRef
+#define UNIQUE_ID (*commIdRef)
+#define UNIQUE_ID_ARG commIdRef
+#else
+#define UNIQUE_ID_PARAM ncclUniqueId commId
+#define UNIQUE_ID commId
+#define UNIQUE_ID_ARG commId
+#endif
+
 #define NCCL_API(ret, name, ...) \
     __attribute__((weak, alias("p" #name))) ret name(__VA_ARGS__); \
     __attribute__((visibility("default"))) ret p##name(__VA_ARGS__)
@@ -77,25 +91,25 @@ NCCL_API(ncclResult_t, ncclGetUniqueId, ncclUniqueId *uniqueId)
     return 0;
 }
 
-NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank)
+NCCL_API(ncclResult_t, ncclCommInitRank, ncclComm_t *comm, int nranks, UNIQUE_ID_PARAM, int rank)
 {
     struct ncclComm *c = calloc(1, sizeof(*c));
     if (!c || rank < 0 || rank >= nranks)
         return 4; /* ncclInvalidArgument */
     c->nranks = nranks;
     c->rank = rank;
-    c->id = commId;
+    c->id = UNIQUE_ID;
     const char *barrier = getenv("NCCL_STANDIN_BARRIER");
-    c->arrivals = nranks > 1 && barrier && *barrier == '1' ? shared_arrivals(&commId) : NULL;
+    c->arrivals = nranks > 1 && barrier && *barrier == '1' ? shared_arrivals(&c->id) : NULL;
     *comm = c;
     return 0;
 }
 
-NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, ncclUniqueId commId, int rank,
+NCCL_API(ncclResult_t, ncclCommInitRankConfig, ncclComm_t *comm, int nranks, UNIQUE_ID_PARAM, int rank,
          ncclConfig_t *config)
 {
     (void)config;
-    return pncclCommInitRank(comm, nranks, commId, rank);
+    return pncclCommInitRank(comm, nranks, UNIQUE_ID_ARG, rank);
 }
 
 NCCL_API(ncclResult_t, ncclCommDestroy, ncclComm_t comm)

@@ -44,8 +44,10 @@ def encode_metrics(
     agent: AgentMetrics | None,
     time_ns: int,
     max_points: int = DEFAULT_MAX_POINTS,
+    start_ns: int = 0,
 ) -> list[ExportMetricsServiceRequest]:
-    """The requests for one collection: processes first, then the agent. Empty list if there is nothing."""
+    """The requests for one collection: processes first, then the agent. Empty list if there is nothing.
+    ``start_ns``: the start time of the processes' Sums (when the agent began counting)."""
     builder = _Builder(max_points)
     for process in processes:
         builder.resource(process.resource)
@@ -56,6 +58,15 @@ def encode_metrics(
         for name, description, unit, value in process.gauges:
             builder.metric(name, description, unit, _GAUGE)
             out = builder.point()
+            out.time_unix_nano = time_ns
+            if isinstance(value, int):
+                out.as_int = value
+            else:
+                out.as_double = value
+        for name, description, unit, value in process.sums:
+            builder.metric(name, description, unit, _SUM)
+            out = builder.point()
+            out.start_time_unix_nano = start_ns
             out.time_unix_nano = time_ns
             if isinstance(value, int):
                 out.as_int = value

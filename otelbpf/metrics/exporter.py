@@ -112,6 +112,7 @@ class MetricsExporter:
             all_gauges.setdefault(SERIES, lambda: span_metrics.series_count)
         self._gauges = GaugeReader(all_gauges)
         self._process_gauges: list[tuple[Callable, Callable]] = []
+        self._process_sums: list[tuple[Callable, Callable]] = []
         self._max_points = max_points_per_request
         self._start_ns = time.time_ns()
         preference = os.environ.get(TEMPORALITY_ENV, "").strip().lower()
@@ -163,6 +164,15 @@ class MetricsExporter:
         each under the process's Resource (``resource_of(pid)``)."""
         self._process_gauges.append((read, resource_of))
 
+    def add_process_sums(
+        self,
+        read: Callable[[], Mapping[int, list[tuple[str, str, str, int | float]]]],
+        resource_of: Callable[[int], Mapping[str, AttributeValue]],
+    ) -> None:
+        """Like :meth:`add_process_gauges`, for cumulative monotonic Sums counted since the
+        agent started (e.g. GPU kernel launches read from the kernel's per-process totals)."""
+        self._process_sums.append((read, resource_of))
+
     # --- collection ---------------------------------------------------------------
 
     def collect(self) -> list[ExportMetricsServiceRequest]:
@@ -174,22 +184,23 @@ class MetricsExporter:
                 processes = collection.processes
                 self._counters.add(OVERFLOWED, collection.overflowed)
                 self._counters.add(EXPIRED, collection.expired)
-            if self._process_gauges:
-                processes = self._with_process_gauges(list(processes))
+            if self._process_gauges or self._process_sums:
+                processes = self._with_process_values(list(processes))
             agent = AgentMetrics(
                 self._agent_resource, self._start_ns, counter_sums(self._counters), self._gauges.read()
             )
-            return encode_metrics(processes, agent, time.time_ns(), self._max_points)
+            return encode_metrics(processes, agent, time.time_ns(), self._max_points, self._start_ns)
 
-    def _with_process_gauges(self, processes: list[ProcessHistograms]) -> list[ProcessHistograms]:
+    def _with_process_values(self, processes: list[ProcessHistograms]) -> list[ProcessHistograms]:
         by_pid = {process.pid: process for process in processes}
-        for read, resource_of in self._process_gauges:
-            for pid, gauges in read().items():
-                process = by_pid.get(pid)
-                if process is None:
-                    process = by_pid[pid] = ProcessHistograms(pid, resource_of(pid))
-                    processes.append(process)
-                process.gauges.extend(gauges)
+        for readers, kind in ((self._process_gauges, "gauges"), (self._process_sums, "sums")):
+            for read, resource_of in readers:
+                for pid, values in read().items():
+                    process = by_pid.get(pid)
+                    if process is None:
+                        process = by_pid[pid] = ProcessHistograms(pid, resource_of(pid))
+                        processes.append(process)
+                    getattr(process, kind).extend(values)
         return processes
 
     def export_now(self) -> None:

@@ -5,8 +5,12 @@ otelbpf's own (otelbpf/semconv.py). From every CUDA runtime/driver call span:
 its duration by function (``code.function.name``) and error; from every copy:
 its size by direction and whether the host memory was pageable, so the count
 is copies, the sum bytes per direction, and the pageable share is the ratio of
-two sums. From every NCCL call: duration and bytes by operation. GPU memory
-reserved is a gauge per process (otelbpf/semantics/gpu.py ``memory_gauges``).
+two sums. From every NCCL call: duration and bytes by operation; from every
+collective matched across its ranks (otelbpf/semantics/nccl_lateness.py): how
+late its rank entered it after the first rank, by communicator, rank and
+operation. GPU memory reserved is a gauge per process (otelbpf/semantics/gpu.py
+``memory_gauges``); kernel launches a Sum per process read from the kernel
+(otelbpf/sources/gpu.py ``launch_sums``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,14 @@ def _is_sized_collective(span: SpanRecord) -> bool:
 
 def _collective_bytes(span: SpanRecord) -> float:
     return float(span.attributes[sc.OTELBPF_NCCL_BYTES])  # type: ignore[arg-type]
+
+
+def _is_matched_collective(span: SpanRecord) -> bool:
+    return sc.OTELBPF_NCCL_LATENESS in span.attributes
+
+
+def _lateness_seconds(span: SpanRecord) -> float:
+    return span.attributes[sc.OTELBPF_NCCL_LATENESS] / 1e9  # type: ignore[operator]
 
 
 CUDA_INSTRUMENTS: tuple[SpanHistogram, ...] = (
@@ -75,5 +87,15 @@ NCCL_INSTRUMENTS: tuple[SpanHistogram, ...] = (
         attributes=(sc.OTELBPF_NCCL_OPERATION,),
         select=_is_sized_collective,
         value=_collective_bytes,
+    ),
+    SpanHistogram(
+        name=sc.OTELBPF_NCCL_COLLECTIVE_LATENESS,
+        unit="s",
+        description="How late a rank entered an NCCL collective after the communicator's first rank on this node"
+        " (0: it was first), by communicator (ncclUniqueId prefix), rank and operation.",
+        boundaries=sc.NCCL_LATENESS_BOUNDARIES,
+        attributes=(sc.OTELBPF_NCCL_UNIQUE_ID, sc.OTELBPF_NCCL_RANK, sc.OTELBPF_NCCL_OPERATION),
+        select=_is_matched_collective,
+        value=_lateness_seconds,
     ),
 )

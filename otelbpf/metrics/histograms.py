@@ -100,6 +100,9 @@ class ProcessHistograms:
     #: Per-process gauges not derived from spans (``MetricsExporter.add_process_gauges``):
     #: (name, description, unit, value), e.g. GPU memory reserved.
     gauges: list[tuple[str, str, str, int | float]] = field(default_factory=list)
+    #: Per-process cumulative monotonic Sums not derived from spans (``MetricsExporter.add_process_sums``):
+    #: (name, description, unit, value), e.g. GPU kernel launches.
+    sums: list[tuple[str, str, str, int | float]] = field(default_factory=list)
 
     def points(self, name: str) -> list[HistogramPoint]:
         """The points of the instrument called ``name`` (none if it has none)."""

@@ -14,12 +14,22 @@ first six integer arguments; a struct passed by value on the stack, like
 
 Kernel launches are not calls here: bpf/gpu.c counts them per thread and the
 thread's next timeline call carries the count (``CallEvent.launches``, with
-the time of the first). :class:`GpuState` books the count under the call's
-parent span; :class:`LaunchCountingConsumer` writes the total on that
-request span (``otelbpf.gpu.kernel_launches``) when it leaves the pipeline,
-counting only launches made after the request started (a count that began
-before belongs partly to something else: it is counted in
-``otelbpf.gpu.launches.unattributed`` instead of being guessed).
+the time of the first, and with --gpu-launch-time the time spent inside
+them). :class:`GpuState` books the count under the call's parent span;
+:class:`GpuSpanConsumer` writes the total on that request span
+(``otelbpf.gpu.kernel_launches``, ``otelbpf.gpu.kernel_launch.duration``)
+when it leaves the pipeline, counting only launches made after the request
+started (a count that began before belongs partly to something else: it is
+counted in ``otelbpf.gpu.launches.unattributed`` instead of being guessed).
+Launches per process are read from the kernel's totals, not from here
+(otelbpf/sources/gpu.py ``launch_sums``).
+
+Short CUDA calls (under ``GpuState.min_call_ns``, --gpu-min-call-duration)
+that succeeded are *folded*: their span still feeds the metrics but is not
+exported; the request span gets how many there were and their time, per
+function (``otelbpf.gpu.folded_calls.*``). NCCL calls are never folded: an
+enqueue is short, few are made per step, and each carries its rank's
+lateness (otelbpf/semantics/nccl_lateness.py).
 
 Calls from an asyncio task wait for their parent decision (the request the
 task answers), and so do their launches (:meth:`GpuState.settle_deferred`,
@@ -37,7 +47,9 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import platform
+import re
 import statistics
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -47,6 +59,7 @@ from otelbpf.events import CallEvent
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanRecord, StatusCode
 from otelbpf.semantics.gpu_steps import EngineSteps
+from otelbpf.semantics.nccl_lateness import HOLD_TIMEOUT_NS, CollectiveHold, Entry
 
 #: cudaMemcpyKind / the direction a driver copy function names.
 MEMCPY_KINDS = {0: "host_to_host", 1: "host_to_device", 2: "device_to_host", 3: "device_to_device", 4: "default"}
@@ -62,12 +75,34 @@ NCCL_REDUCE_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
 
 log = logging.getLogger("otelbpf")
 
-#: Where ncclCommInitRank's rank is: the 128-byte ncclUniqueId takes no register on x86-64
-#: (by value, on the stack: rank is the third integer argument register) but one on arm64
-#: (a composite over 16 bytes goes by reference: rank is the fourth).
-NCCL_RANK_REGISTER = 3 if platform.machine() == "aarch64" else 2
-#: ncclUniqueId bytes are read (from the stack) on x86-64 only (otelbpf/sources/gpu.py).
-NCCL_ID_ON_STACK = platform.machine() == "x86_64"
+#: Where ncclCommInitRank(comm*, nranks, ncclUniqueId id, rank)'s rank is, per machine: the
+#: 128-byte id takes no register on x86-64 (System V: copied onto the stack, so the rank is the
+#: third integer argument register, rdx) but one on arm64 (AAPCS64: a composite over 16 bytes
+#: is passed by reference to a caller's copy: x2 holds the pointer, the rank is in x3). Either
+#: way the probe puts the id's first 16 bytes in args[4..5] (otelbpf/sources/gpu.py NCCL_ID_FLAGS).
+NCCL_RANK_REGISTERS = {"x86_64": 2, "aarch64": 3}
+
+
+def nccl_abi() -> str:
+    """The machine whose calling convention ncclCommInitRank is decoded by: this one, or
+    OTELBPF_NCCL_ID_ABI (tests: ``aarch64`` on x86-64 against the stand-in NCCL built to take the
+    id by reference, whose registers then hold what an arm64 caller's would)."""
+    return os.environ.get("OTELBPF_NCCL_ID_ABI") or platform.machine()
+
+
+_NCCL_ABI = nccl_abi()
+
+
+def decode_comm_init(args: tuple[int, ...], machine: str | None = None) -> tuple[int, int, str]:
+    """(nranks, rank, unique id hex or "") of an ncclCommInitRank(Config) call's argument words
+    as the probe read them on ``machine`` (default: this one)."""
+    machine = machine or _NCCL_ABI
+    args = tuple(args) + (0,) * (6 - len(args))
+    rank = _int32(args[NCCL_RANK_REGISTERS.get(machine, 2)])
+    unique_id = ""
+    if machine in NCCL_RANK_REGISTERS:
+        unique_id = (args[4].to_bytes(8, "little") + args[5].to_bytes(8, "little")).hex()
+    return _int32(args[1]), rank, unique_id
 
 #: Parent spans whose launches are remembered at once (the oldest is dropped beyond).
 MAX_LEDGER = 65536
@@ -75,6 +110,16 @@ MAX_LEDGER = 65536
 MAX_DEFERRED = 65536
 #: Pinned ranges and live allocations remembered per process.
 MAX_RANGES = 65536
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s)?\s*$")
+_UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, None: 1_000}
+
+
+def parse_duration_ns(text: str) -> int:
+    """``50us``, ``1ms``, ``0`` (a bare number is microseconds) -> nanoseconds; ValueError otherwise."""
+    match = _DURATION.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a duration such as 50us, 1ms or 0")
+    return round(float(match.group(1)) * _UNIT_NS[match.group(2)])
 
 
 def _int32(value: int) -> int:
@@ -128,18 +173,27 @@ class ProcessMemory:
 class GpuState:
     """Shared by the CUDA and NCCL semantics and the launch-counting consumer of one pipeline."""
 
-    def __init__(self, counters=None) -> None:
+    def __init__(self, counters=None, min_call_ns: int = 0) -> None:
         self.counters = counters
         self.processes: dict[int, ProcessMemory] = {}
-        #: parent span id -> [(first launch ns, launches)] booked by its children's calls
-        self.launches: OrderedDict[bytes, list[tuple[int, int]]] = OrderedDict()
+        #: parent span id -> [(first launch ns, launches, ns inside them)] booked by its children's calls
+        self.launches: OrderedDict[bytes, list[tuple[int, int, int]]] = OrderedDict()
         #: launches per process (including those outside any request)
         self.launches_by_pid: dict[int, int] = {}
-        #: (task call, first launch ns, launches) waiting for the call's parent decision
-        self.deferred: list[tuple[SpanStart, int, int]] = []
+        #: (task call, first launch ns, launches, ns inside them) waiting for the call's parent decision
+        self.deferred: list[tuple[SpanStart, int, int, int]] = []
         self.stragglers = StragglerDetector(counters)
         #: GPU engine steps (otelbpf/semantics/gpu_steps.py), set by attach(); None: no steps.
         self.steps = None
+        #: CUDA calls shorter than this (ns) are folded into their parent (0: every call is a span)
+        self.min_call_ns = min_call_ns
+        #: parent span id -> function -> [calls folded, their ns]
+        self.folds: OrderedDict[bytes, dict[str, list[int]]] = OrderedDict()
+        #: span ids of folded calls on their way to the consumer (metrics only), as an ordered set
+        self.folded: OrderedDict[bytes, None] = OrderedDict()
+        #: span id -> its rank's entry, for collective spans on their way to the hold
+        self.entries: OrderedDict[bytes, Entry] = OrderedDict()
+        self.holds = CollectiveHold(counters)
 
     def place_off_request(self, call: CallEvent) -> SpanStart | None:
         """A call on a thread that serves no request (not in an asyncio task): a child of its thread's engine step."""
@@ -176,13 +230,13 @@ class GpuState:
         if not start.parent_span_id and start.task_id and not start.association and start.group.root().pending:
             self._defer(start, call)  # an asyncio task's call: its request is known when the task answers
             return
-        self._book(start, call.first_launch_ns, call.launches)
+        self._book(start, call.first_launch_ns, call.launches, call.launch_ns)
 
-    def _book(self, start: SpanStart, first_ns: int, launches: int) -> None:
+    def _book(self, start: SpanStart, first_ns: int, launches: int, launch_ns: int) -> None:
         if not start.parent_span_id:
             self._count("otelbpf.gpu.launches.outside_requests", launches)
             return
-        self.launches.setdefault(start.parent_span_id, []).append((first_ns, launches))
+        self.launches.setdefault(start.parent_span_id, []).append((first_ns, launches, launch_ns))
         if len(self.launches) > MAX_LEDGER:
             self.launches.popitem(last=False)
             self._count("otelbpf.gpu.launches.evicted")
@@ -193,34 +247,64 @@ class GpuState:
         if len(self.deferred) >= MAX_DEFERRED:
             self._count("otelbpf.gpu.launches.outside_requests", call.launches)
             return
-        self.deferred.append((start, call.first_launch_ns, call.launches))
+        self.deferred.append((start, call.first_launch_ns, call.launches, call.launch_ns))
 
     def settle_deferred(self) -> None:
         """Book the held launches of task calls whose parent is now decided."""
         undecided = []
-        for start, first_ns, launches in self.deferred:
+        for start, first_ns, launches, launch_ns in self.deferred:
             if start.association:  # decided: under its request (task) or a root (ambiguous)
-                self._book(start, first_ns, launches)
+                self._book(start, first_ns, launches, launch_ns)
             else:
-                undecided.append((start, first_ns, launches))
+                undecided.append((start, first_ns, launches, launch_ns))
         self.deferred = undecided
 
-    def take_launches(self, span: SpanRecord) -> int | None:
-        """Launches made while ``span`` was being served (None: none booked under it)."""
+    def take_launches(self, span: SpanRecord) -> tuple[int, int] | None:
+        """(launches, ns inside them) made while ``span`` was being served (None: none booked under it)."""
         booked = self.launches.pop(span.span_id, None)
         if booked is None:
             return None
-        total = 0
-        for first_ns, count in booked:
+        total = spent = 0
+        for first_ns, count, launch_ns in booked:
             if first_ns >= span.start_ns:
                 total += count
+                spent += launch_ns
             else:
                 self._count("otelbpf.gpu.launches.unattributed", count)
-        return total
+        return total, spent
+
+    def fold(self, start: SpanStart, span: SpanRecord) -> bool:
+        """Fold ``span`` (a successful CUDA call) when shorter than ``min_call_ns``: book it under
+        its parent and mark it for the metrics only. True if folded."""
+        duration = span.end_ns - span.start_ns
+        if duration >= self.min_call_ns or span.status_code == StatusCode.ERROR:
+            return False
+        self._count("otelbpf.gpu.calls.folded")
+        _bounded_put(self.folded, span.span_id, None)
+        if start.parent_span_id:
+            functions = self.folds.get(start.parent_span_id)
+            if functions is None:
+                functions = {}
+                _bounded_put(self.folds, start.parent_span_id, functions)
+            booked = functions.setdefault(span.name, [0, 0])
+            booked[0] += 1
+            booked[1] += duration
+        return True
+
+    def take_folds(self, span: SpanRecord) -> dict[str, list[int]] | None:
+        """function -> [calls, ns] folded under ``span`` (None: none)."""
+        return self.folds.pop(span.span_id, None)
 
     def _count(self, name: str, value: int = 1) -> None:
         if self.counters is not None:
             self.counters.add(name, value)
+
+
+def _bounded_put(table: OrderedDict, key, value) -> None:
+    """``table[key] = value``, dropping the oldest entry past MAX_LEDGER (a span that never left)."""
+    table[key] = value
+    if len(table) > MAX_LEDGER:
+        table.popitem(last=False)
 
 
 def _finish(start: SpanStart, call: CallEvent, scope: str, attrs: dict[str, AttributeValue], failed: str) -> SpanRecord:
@@ -302,7 +386,10 @@ class CudaCalls:
         if not ok:
             attrs[sc.OTELBPF_GPU_ERROR_CODE] = code
             attrs[sc.ERROR_TYPE] = str(code)  # the error code: few values, as error.type asks
-        return _finish(start, call, self.library, attrs, "" if ok else f"CUDA error {code}")
+        span = _finish(start, call, self.library, attrs, "" if ok else f"CUDA error {code}")
+        if self.state.min_call_ns:
+            self.state.fold(start, span)
+        return span
 
     def _describe(self, call: CallEvent, args: tuple[int, ...], ok: bool, attrs: dict[str, AttributeValue]) -> None:
         name = call.function
@@ -403,18 +490,22 @@ class NcclCalls:
                 attrs[other[0]] = _int32(args[other[1]])
             if comm_i is not None:
                 attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[comm_i]:x}"
-                self.state.stragglers.entered(call.pid, args[comm_i], name[4:], call.ts_ns)
+                entry = self.state.stragglers.enter(call.pid, args[comm_i], name[4:], call.ts_ns)
+                if entry is not None:
+                    attrs[sc.OTELBPF_NCCL_UNIQUE_ID] = entry.unique_id
+                    attrs[sc.OTELBPF_NCCL_RANK] = entry.rank
+                    if self.state.stragglers.may_all_be_here(entry):
+                        _bounded_put(self.state.entries, start.span_id, entry)  # held until its collective is whole
         elif name in _COMM_INITS:
-            nranks, rank = _int32(args[1]), _int32(args[NCCL_RANK_REGISTER])
+            nranks, rank, unique_id = decode_comm_init(args)
             attrs[sc.OTELBPF_NCCL_NRANKS] = nranks
             attrs[sc.OTELBPF_NCCL_RANK] = rank
-            unique_id = (args[4].to_bytes(8, "little") + args[5].to_bytes(8, "little")).hex() if NCCL_ID_ON_STACK else ""
             if unique_id:
                 attrs[sc.OTELBPF_NCCL_UNIQUE_ID] = unique_id
             if call.out0:
                 attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{call.out0:x}"
                 if unique_id and _int32(call.ret) == 0:
-                    self.state.stragglers.joined(call.pid, call.out0, unique_id, rank, nranks)
+                    self.state.stragglers.joined(call.pid, call.out0, unique_id, rank, nranks, call.ts_ns)
         elif name == "ncclCommDestroy":
             attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[0]:x}"
             self.state.stragglers.left(call.pid, args[0])
@@ -470,30 +561,63 @@ class StragglerDetector:
     def __init__(self, counters=None) -> None:
         self.counters = counters
         self.members: dict[tuple[int, int], _Member] = {}
+        #: unique id -> ranks that joined it in traced processes (to know when all are on this node),
+        #: and when the first of them did
+        self.joined_ranks: dict[str, set[int]] = {}
+        self.first_joined_ns: dict[str, int] = {}
         #: (unique id, seq) -> rank -> entry ns
         self.open: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
         #: unique id -> deque of (last rank, lateness ns, operation)
         self.history: dict[str, deque] = {}
         #: (unique id, rank) -> when it was last named
         self.named: dict[tuple[str, int], int] = {}
+        #: the warning the last enter() logged (None: none)
+        self.last_line: str | None = None
 
-    def joined(self, pid: int, comm: int, unique_id: str, rank: int, nranks: int) -> None:
+    def joined(self, pid: int, comm: int, unique_id: str, rank: int, nranks: int, ts_ns: int = 0) -> None:
         if 1 < nranks <= 65536 and 0 <= rank < nranks:
             self.members[(pid, comm)] = _Member(unique_id, rank, nranks)
+            self.joined_ranks.setdefault(unique_id, set()).add(rank)
+            self.first_joined_ns.setdefault(unique_id, ts_ns)
 
     def left(self, pid: int, comm: int) -> None:
-        self.members.pop((pid, comm), None)
+        member = self.members.pop((pid, comm), None)
+        if member is not None:
+            ranks = self.joined_ranks.get(member.unique_id, set())
+            ranks.discard(member.rank)
+            if not ranks:
+                self.joined_ranks.pop(member.unique_id, None)
+                self.first_joined_ns.pop(member.unique_id, None)
 
     def forget(self, pid: int) -> None:
         for key in [k for k in self.members if k[0] == pid]:
-            del self.members[key]
+            self.left(*key)
+
+    def may_all_be_here(self, entry: Entry) -> bool:
+        """Every rank of the entry's communicator joined in a traced process on this node, or
+        may still be seen joining: the first rank joined less than the hold's timeout before
+        (ranks do not wait for each other at set-up, so one rank's first collective can come
+        before another's ncclCommInitRank). A communicator with ranks on other nodes is
+        then no longer held."""
+        if len(self.joined_ranks.get(entry.unique_id, ())) >= entry.nranks:
+            return True
+        return entry.ts_ns - self.first_joined_ns.get(entry.unique_id, entry.ts_ns) < HOLD_TIMEOUT_NS
 
     def entered(self, pid: int, comm: int, operation: str, ts_ns: int) -> str | None:
         """A collective entered by one rank; the warning line if this completes a verdict naming a rank."""
+        entry = self.enter(pid, comm, operation, ts_ns)
+        return self.last_line if entry is not None else None
+
+    def enter(self, pid: int, comm: int, operation: str, ts_ns: int) -> Entry | None:
+        """A collective entered by one rank: which collective of which communicator (None: a
+        communicator whose set-up was not seen). Sets ``last_line`` to the warning this verdict
+        logged, if any."""
+        self.last_line = None
         member = self.members.get((pid, comm))
         if member is None:
             return None
         member.seq += 1
+        entry = Entry(member.unique_id, member.seq, member.rank, member.nranks, ts_ns)
         key = (member.unique_id, member.seq)
         entries = self.open.get(key)
         if entries is None:
@@ -501,10 +625,10 @@ class StragglerDetector:
             if len(self.open) > MAX_OPEN_COLLECTIVES:
                 self.open.popitem(last=False)
         entries[member.rank] = ts_ns
-        if len(entries) < member.nranks:
-            return None
-        del self.open[key]
-        return self._judge(member, entries, operation, ts_ns)
+        if len(entries) >= member.nranks:
+            del self.open[key]
+            self.last_line = self._judge(member, entries, operation, ts_ns)
+        return entry
 
     def _judge(self, member: _Member, entries: dict[int, int], operation: str, now_ns: int) -> str | None:
         last_rank = max(entries, key=entries.__getitem__)
@@ -542,37 +666,84 @@ class StragglerDetector:
 # -- wiring -----------------------------------------------------------------------------------
 
 
-class LaunchCountingConsumer:
-    """Wraps a pipeline's span consumer: a request span under which GPU calls
-    booked kernel launches leaves with ``otelbpf.gpu.kernel_launches``."""
+class GpuSpanConsumer:
+    """Wraps a pipeline's span consumer for the GPU spans' sake:
+
+    * a request span under which GPU calls booked kernel launches leaves with
+      ``otelbpf.gpu.kernel_launches`` (and ``otelbpf.gpu.kernel_launch.duration``
+      when the launches were timed), and with the calls folded under it;
+    * a folded call's span goes to the span metrics only;
+    * an NCCL collective span of a communicator whose ranks are all traced
+      here waits in the hold until its collective is whole, and leaves marked.
+    """
 
     def __init__(self, consumer, state: GpuState) -> None:
         self._consumer = consumer
         self.state = state
+        metrics = getattr(consumer, "span_metrics", None)
+        self._record_only = metrics.record if metrics is not None else None
 
     def on_end(self, span: SpanRecord) -> None:
-        if self.state.deferred:
-            self.state.settle_deferred()
-        if self.state.launches:
-            launches = self.state.take_launches(span)
-            if launches is not None:
+        state = self.state
+        if state.deferred:
+            state.settle_deferred()
+        if state.folded and span.span_id in state.folded:
+            del state.folded[span.span_id]
+            if self._record_only is not None:
+                self._record_only(span)
+            return
+        entry = state.entries.pop(span.span_id, None) if state.entries else None
+        if entry is not None:
+            for ready in state.holds.add(span, entry):
+                self._pass(ready)
+        else:
+            self._pass(span)
+        if state.holds.collectives:
+            for late in state.holds.expire():
+                self._pass(late)
+
+    def tick(self, now_ns: int, final: bool) -> None:
+        """After each batch: collectives held past the timeout leave, even on an idle agent;
+        when the pipeline finishes, every held span leaves (unmarked when its collective is not whole)."""
+        if self.state.holds.collectives:
+            for held in self.state.holds.expire(everything=final):
+                self._pass(held)
+
+    def _pass(self, span: SpanRecord) -> None:
+        state = self.state
+        if state.launches:
+            taken = state.take_launches(span)
+            if taken is not None:
+                launches, spent_ns = taken
                 span.attributes[sc.OTELBPF_GPU_KERNEL_LAUNCHES] = launches
+                if spent_ns:
+                    span.attributes[sc.OTELBPF_GPU_KERNEL_LAUNCH_DURATION] = spent_ns
+        if state.folds:
+            folds = state.take_folds(span)
+            if folds is not None:
+                functions = sorted(folds)
+                span.attributes[sc.OTELBPF_GPU_FOLDED_CALLS_FUNCTION] = functions
+                span.attributes[sc.OTELBPF_GPU_FOLDED_CALLS_COUNT] = [folds[f][0] for f in functions]
+                span.attributes[sc.OTELBPF_GPU_FOLDED_CALLS_DURATION] = [folds[f][1] for f in functions]
         self._consumer.on_end(span)
 
     def __getattr__(self, name):
         return getattr(self._consumer, name)
 
 
-def attach(pipeline) -> GpuState:
-    """Give ``pipeline`` GPU call spans (CUDA, NCCL) and launch counts on request spans."""
+def attach(pipeline, min_call_ns: int = 0) -> GpuState:
+    """Give ``pipeline`` GPU call spans (CUDA, NCCL) and launch counts on request spans.
+    ``min_call_ns``: fold CUDA calls shorter than this (0: none; see :class:`GpuState`)."""
     existing = pipeline.registry.call_semantics(sc.OTELBPF_SCOPE_CUDA)
     if existing is not None and hasattr(existing, "state"):
         return existing.state
-    state = GpuState(pipeline.counters)
+    state = GpuState(pipeline.counters, min_call_ns)
     pipeline.registry.register_calls(CudaCalls(state))
     pipeline.registry.register_calls(NcclCalls(state))
-    pipeline.consumer = LaunchCountingConsumer(pipeline.consumer, state)
+    consumer = pipeline.consumer = GpuSpanConsumer(pipeline.consumer, state)
     attach_steps(pipeline, state)
+    # after the steps' hook: a step flushed at the end may still carry a collective
+    pipeline.tick_hooks.append(consumer.tick)
     exited = pipeline.on_process_exit
 
     def on_process_exit(pid: int) -> None:

@@ -181,6 +181,8 @@ class CaptureConfig:
     capture_tls: bool = True
     #: Probe CUDA runtime/driver and NCCL calls (bpf/gpu.c, otelbpf/sources/gpu.py).
     capture_gpu: bool = True
+    #: Also time the GPU kernel launch calls (entry + return probes, ~4.5 us a launch; docs/gpu.md).
+    gpu_launch_time: bool = False
     #: How often read() re-scans watched processes' maps for newly loaded libraries (0: never).
     rescan_interval_s: float = 5.0
     #: Never traced, dropped by the kernel filter (otelbpf.exclusions): comm
@@ -338,7 +340,7 @@ class EbpfSource:
         if self.config.capture_gpu:
             from otelbpf.sources.gpu import GpuProbes
 
-            self.gpu = GpuProbes(self)
+            self.gpu = GpuProbes(self, timed_launches=self.config.gpu_launch_time)
         if self.config.capture_tls:
             from otelbpf.sources.tls import TlsProbes
 

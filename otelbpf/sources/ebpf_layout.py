@@ -37,7 +37,7 @@ DATAGRAM_INFO = struct.Struct("<HHB3x16s")
 # struct proc_info
 PROC_INFO = struct.Struct("<16s256s")
 # struct call_info
-CALL_INFO = struct.Struct("<IIQ6QqQQQ")
+CALL_INFO = struct.Struct("<IIQ6QqQQQQ")
 
 EV_DATA = 1
 EV_CONN_OPEN = 2
@@ -187,14 +187,14 @@ class RecordDecoder:
                 if len(raw) < header_size + CALL_INFO.size:
                     self.malformed += 1
                     continue
-                probe_id, _flags, end_ns, a0, a1, a2, a3, a4, a5, ret, launches, first_launch, out0 = CALL_INFO.unpack_from(
-                    raw, header_size
-                )
+                (
+                    probe_id, _flags, end_ns, a0, a1, a2, a3, a4, a5, ret, launches, first_launch, out0, launch_ns,
+                ) = CALL_INFO.unpack_from(raw, header_size)  # fmt: skip
                 library, function = self.probe_names.get(probe_id, ("", f"probe#{probe_id}"))
                 out.append(
                     CallEvent(
                         ts, end_ns + offset, tgid, tid, library, function, (a0, a1, a2, a3, a4, a5), ret, task_id,
-                        launches, first_launch + offset if first_launch else 0, out0,
+                        launches, first_launch + offset if first_launch else 0, out0, launch_ns,
                     )
                 )
             else:

@@ -15,7 +15,10 @@ What, with the facts measured on a real H100 (docs/gpu.md, "What is probed, and 
 
 * kernel launches: entry-only probes on the driver's launch functions (the
   runtime's ``cudaLaunchKernel`` misses cuBLAS's ``cuLaunchKernelEx`` and
-  every Triton kernel), counted per thread in the kernel;
+  every Triton kernel), counted per thread and per process in the kernel
+  (entry + return with ``--gpu-launch-time``, which sums the time inside
+  them too); the per-process totals are read at each metrics collection and
+  at the process's exit (:meth:`GpuProbes.launch_totals`);
 * timeline calls: entry + return probes (``call_enter``/``call_return``) on
   copies, synchronisations, allocations, pinning and NCCL calls, reported
   only when no other probed call is in progress on the thread
@@ -28,11 +31,17 @@ from __future__ import annotations
 
 import logging
 import os
-import platform
+import threading
 from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
-from otelbpf.semantics.gpu import CUDA_FUNCTIONS, CUDA_OUT_POINTER_FUNCTIONS, NCCL_FUNCTIONS, NCCL_OUT_POINTER_FUNCTIONS
+from otelbpf.semantics.gpu import (
+    CUDA_FUNCTIONS,
+    CUDA_OUT_POINTER_FUNCTIONS,
+    NCCL_FUNCTIONS,
+    NCCL_OUT_POINTER_FUNCTIONS,
+    nccl_abi,
+)
 from otelbpf.sources.uprobes import Attachment, ProbeSpec
 
 log = logging.getLogger("otelbpf.gpu")
@@ -42,8 +51,19 @@ CALL_OUTERMOST_ONLY = 2
 CALL_TAKES_LAUNCHES = 4
 CALL_READS_OUT0 = 8
 CALL_READS_STACK_ARG = 16
-#: ncclCommInitRank's ncclUniqueId is read from the stack on x86-64 (on arm64 it goes by reference).
-_STACK_ID = CALL_READS_STACK_ARG if platform.machine() == "x86_64" else 0
+CALL_READS_ARG2_POINTEE = 32
+#: How ncclCommInitRank(comm*, nranks, ncclUniqueId id, rank) receives its 128-byte id, per
+#: machine, as the bpf/calls.c flag that reads its first 16 bytes into args[4..5]:
+#: x86-64 (System V): a struct over 16 bytes is copied onto the stack (read at sp + 8 at entry);
+#: arm64 (AAPCS64): a composite over 16 bytes is passed by reference to a caller's copy, the
+#: pointer taking the argument's register (x2). The rank register follows
+#: (otelbpf.semantics.gpu.NCCL_RANK_REGISTERS).
+NCCL_ID_FLAGS = {"x86_64": CALL_READS_STACK_ARG, "aarch64": CALL_READS_ARG2_POINTEE}
+
+
+def nccl_id_flag(machine: str | None = None) -> int:
+    """The flag that reads the ncclUniqueId on ``machine`` (default: :func:`nccl_abi`; 0: not known)."""
+    return NCCL_ID_FLAGS.get(machine or nccl_abi(), 0)
 
 CUDART = r"/libcudart[^/]*\.so"
 CUDA_DRIVER = r"/libcuda\.so"
@@ -55,6 +75,11 @@ LAUNCH_FUNCTIONS = (
     "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz",
 )
 LAUNCH_SPEC = ProbeSpec("gpu.launches", CUDA_DRIVER, LAUNCH_FUNCTIONS, entry="gpu_launch_enter", hint=b"cuLaunchKernel")
+#: --gpu-launch-time: entry + return, summing the time inside launch calls (~4.5 us a launch on an H100).
+TIMED_LAUNCH_SPEC = ProbeSpec(
+    "gpu.launches", CUDA_DRIVER, LAUNCH_FUNCTIONS, entry="gpu_launch_enter_timed", ret="gpu_launch_return",
+    hint=b"cuLaunchKernel",
+)
 
 _runtime = tuple(f for f in CUDA_FUNCTIONS if f.startswith("cuda"))
 _driver = tuple(f for f in CUDA_FUNCTIONS if not f.startswith("cuda"))
@@ -67,8 +92,12 @@ CALL_PROBES = (
     ("gpu.cuda", CUDA_DRIVER, b"cuMemcpyHtoDAsync", tuple(f for f in _driver if f not in CUDA_OUT_POINTER_FUNCTIONS), _TIMELINE, sc.OTELBPF_SCOPE_CUDA),
     ("gpu.cuda.alloc", CUDA_DRIVER, b"cuMemcpyHtoDAsync", tuple(f for f in _driver if f in CUDA_OUT_POINTER_FUNCTIONS), _TIMELINE | CALL_READS_OUT0, sc.OTELBPF_SCOPE_CUDA),
     ("gpu.nccl", NCCL, b"ncclAllReduce", tuple(f for f in NCCL_FUNCTIONS if f not in NCCL_OUT_POINTER_FUNCTIONS), _TIMELINE, sc.OTELBPF_SCOPE_NCCL),
-    ("gpu.nccl.init", NCCL, b"ncclAllReduce", NCCL_OUT_POINTER_FUNCTIONS, _TIMELINE | CALL_READS_OUT0 | _STACK_ID, sc.OTELBPF_SCOPE_NCCL),
+    ("gpu.nccl.init", NCCL, b"ncclAllReduce", NCCL_OUT_POINTER_FUNCTIONS, _TIMELINE | CALL_READS_OUT0 | nccl_id_flag(), sc.OTELBPF_SCOPE_NCCL),
 )
+
+
+#: Exited processes whose final launch totals wait for the next metrics read, at most.
+MAX_EXITED_TOTALS = 4096
 
 
 @dataclass
@@ -77,13 +106,19 @@ class GpuProbes:
     process and file, what was found and probed (start-up log, doctor)."""
 
     source: object
+    #: --gpu-launch-time: entry + return probes on the launch functions
+    timed_launches: bool = False
     #: pid -> mapped file -> probed functions (launch counters included)
     probed: dict[int, dict[str, set[str]]] = field(default_factory=dict)
+    #: final launch totals of processes that exited, until the next read: pid -> (launches, ns)
+    _exited_totals: dict[int, tuple[int, int]] = field(default_factory=dict, init=False, repr=False)
+    #: the metrics thread reads the totals while the agent's thread forgets exited processes
+    _totals_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name, library, hint, functions, flags, label in CALL_PROBES:
             self.source.add_call_probe(name, library, functions, returns=True, label=label, flags=flags, hint=hint)
-        self.source.add_probe(LAUNCH_SPEC)
+        self.source.add_probe(TIMED_LAUNCH_SPEC if self.timed_launches else LAUNCH_SPEC)
 
     def report(self, pid: int, attached: list[Attachment]) -> None:
         """Log, once per process and file, the GPU functions just probed there."""
@@ -106,7 +141,39 @@ class GpuProbes:
             )
 
     def forget(self, pid: int) -> None:
+        """The process exited: keep its final launch totals for the next read, free its BPF entry."""
         self.probed.pop(pid, None)
+        table = self._totals_table()
+        if table is None:
+            return
+        with self._totals_lock:
+            key = table.Key(pid)
+            try:
+                leaf = table[key]
+            except KeyError:
+                return
+            if len(self._exited_totals) < MAX_EXITED_TOTALS:
+                self._exited_totals[pid] = (int(leaf.count), int(leaf.time_ns))
+            try:
+                del table[key]
+            except KeyError:
+                pass
+
+    def launch_totals(self) -> dict[int, tuple[int, int]]:
+        """pid -> (kernel launches, ns inside launch calls) since the agent started, read from the
+        BPF per-process totals (bpf/gpu.c): the live processes', and once more the final ones of
+        processes that exited since the previous read. Never one event per launch."""
+        table = self._totals_table()
+        with self._totals_lock:
+            out, self._exited_totals = self._exited_totals, {}
+            if table is not None:
+                for key, leaf in table.items():
+                    out[int(key.value)] = (int(leaf.count), int(leaf.time_ns))
+        return out
+
+    def _totals_table(self):
+        bpf = getattr(self.source, "_bpf", None)
+        return bpf["gpu_launch_totals"] if bpf is not None else None
 
     def describe(self) -> list[str]:
         """One line per process and file probed (doctor, health)."""
@@ -115,6 +182,26 @@ class GpuProbes:
             for pid, files in sorted(self.probed.items())
             for mapped, names in sorted(files.items())
         ]
+
+
+def launch_sums(source) -> dict[int, list[tuple[str, str, str, int | float]]]:
+    """pid -> its launch Sums for the metrics exporter (``MetricsExporter.add_process_sums``):
+    ``otelbpf.gpu.kernel.launches``, and with --gpu-launch-time ``otelbpf.gpu.kernel.launch.time``
+    (s). ``source``: the EbpfSource (its probes exist once it started)."""
+    probes = getattr(source, "gpu", None)
+    if probes is None:
+        return {}
+    out = {}
+    for pid, (launches, spent_ns) in probes.launch_totals().items():
+        sums: list[tuple[str, str, str, int | float]] = [
+            (sc.OTELBPF_GPU_KERNEL_LAUNCHES_METRIC, "GPU kernel launches made by the process (driver launch calls"
+             " since the agent started; a CUDA-graph replay counts once)", "{launch}", launches),
+        ]  # fmt: skip
+        if probes.timed_launches:
+            sums.append((sc.OTELBPF_GPU_KERNEL_LAUNCH_TIME_METRIC, "Time the process spent inside kernel launch"
+                         " calls (--gpu-launch-time)", "s", spent_ns / 1e9))  # fmt: skip
+        out[pid] = sums
+    return out
 
 
 def survey(pids) -> dict[int, dict[str, list[str]]]:
