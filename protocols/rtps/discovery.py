@@ -12,6 +12,7 @@ bounded: the oldest entries go first. Pure: fed decoded submessages, no I/O.
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -56,6 +57,8 @@ class Directory:
         self._readers: dict[str, set[bytes]] = {}
         #: Participants announced by SPDP (GUID prefix -> last seen time).
         self.participants: OrderedDict[bytes, int] = OrderedDict()
+        #: Participants whose SPDP announced a shared-memory locator (GUID prefixes).
+        self._shared_memory: OrderedDict[bytes, None] = OrderedDict()
         #: Discovery submessages that could not be decoded.
         self.errors = 0
 
@@ -78,6 +81,7 @@ class Directory:
         writer_id = data.writer_id
         if writer_id == SPDP_WRITER:
             self._remember_participant(writer_prefix, ts_ns)
+            self._note_shared_memory(writer_prefix, payload)
             return None
         if writer_id not in (SEDP_PUBLICATIONS_WRITER, SEDP_SUBSCRIPTIONS_WRITER):
             return None
@@ -92,6 +96,29 @@ class Directory:
         self.participants.move_to_end(prefix)
         if len(self.participants) > MAX_PARTICIPANTS:
             self.participants.popitem(last=False)
+
+    def _note_shared_memory(self, prefix: bytes, payload: bytes) -> None:
+        """Remember whether a participant announces a shared-memory locator (Fast DDS's
+        default transport): its samples to local peers that have one too skip sockets."""
+        try:
+            is_list, little = wire.encapsulation(payload)
+            kinds = wire.locator_kinds(wire.parameters(payload[4:], little), little) if is_list else set()
+        except (wire.RtpsError, struct.error):
+            kinds = set()  # a disposal (key only), a cut announcement: no locators
+        if wire.LOCATOR_KIND_FASTDDS_SHM in kinds:
+            self._shared_memory[prefix] = None
+            self._shared_memory.move_to_end(prefix)
+            if len(self._shared_memory) > MAX_PARTICIPANTS:
+                self._shared_memory.popitem(last=False)
+        else:
+            self._shared_memory.pop(prefix, None)
+
+    def announces_shared_memory(self, prefix: bytes) -> bool:
+        return prefix in self._shared_memory
+
+    def shared_memory_peers(self, prefix: bytes) -> int:
+        """Participants other than ``prefix`` that announce a shared-memory locator."""
+        return len(self._shared_memory) - (prefix in self._shared_memory)
 
     def _learn_endpoint(self, data: wire.DataSubmessage, payload: bytes, writer: bool) -> Endpoint | None:
         gone = False
