@@ -128,16 +128,15 @@ class Directory:
                 gone = True
             elif pid == wire.PID_KEY_HASH and len(value) == 16:
                 key_hash = value
-        if gone:  # disposal: the payload may be only the key
-            self._forget(key_hash)
+        if gone:  # disposal: the key is in PID_KEY_HASH (Fast DDS) or the payload (Cyclone DDS)
+            guid = key_hash or (self._announced_guid(payload) if payload else b"")
+            self._forget(guid)
             return None
         if not payload:
             return None
-        is_list, little = wire.encapsulation(payload)
-        if not is_list:
-            raise wire.RtpsError("SEDP payload is not a parameter list")
         guid, topic, type_name = key_hash, "", ""
-        for pid, value in wire.parameters(payload[4:], little):
+        parameters, little = self._announcement(payload)
+        for pid, value in parameters:
             if pid == wire.PID_ENDPOINT_GUID and len(value) == 16:
                 guid = value
             elif pid == wire.PID_TOPIC_NAME:
@@ -149,6 +148,21 @@ class Directory:
         endpoint = Endpoint(guid, topic, type_name, writer)
         self.add(endpoint)
         return endpoint
+
+    @staticmethod
+    def _announcement(payload: bytes) -> tuple[list[tuple[int, bytes]], bool]:
+        """The parameters of a SEDP serialized payload (PL_CDR) and their endianness."""
+        is_list, little = wire.encapsulation(payload)
+        if not is_list:
+            raise wire.RtpsError("SEDP payload is not a parameter list")
+        return wire.parameters(payload[4:], little), little
+
+    def _announced_guid(self, payload: bytes) -> bytes:
+        """PID_ENDPOINT_GUID of a serialized key (a disposal without PID_KEY_HASH)."""
+        for pid, value in self._announcement(payload)[0]:
+            if pid == wire.PID_ENDPOINT_GUID and len(value) == 16:
+                return value
+        return b""
 
     def add(self, endpoint: Endpoint) -> None:
         old = self._endpoints.pop(endpoint.guid, None)

@@ -124,3 +124,26 @@ def test_one_datagram_sample_of_64_kilobytes_and_fragments_with_a_trailing_heart
     [whole] = [e.exchange for e in events if type(e) is ExchangeStarted]
     assert whole.size == sample_size and whole.fragmented and whole.sequence == 2
     assert session.parse_errors == 0
+
+
+@pytest.mark.parametrize("key_in", ["key hash", "payload"])
+def test_a_reader_disposed_by_key_hash_or_by_serialized_key_is_forgotten(key_in):
+    """Fast DDS names the disposed endpoint in PID_KEY_HASH; Cyclone DDS only in
+    its serialized key (PID_ENDPOINT_GUID): either way it stops counting as a reader."""
+    from protocols.rtps.discovery import SEDP_SUBSCRIPTIONS_WRITER
+
+    detector = RtpsDetector()
+    session = detector.new_session(IN)
+    reader = B + build.USER_READER
+    session.feed(IN, build.announce_reader(B, build.USER_READER, "rt/camera/image"), 1)
+    assert detector.state.directory.readers("rt/camera/image") == 1
+    status = build.parameter(wire.PID_STATUS_INFO, b"\0\0\0\x03", True)
+    sentinel = struct.pack("<HH", wire.PID_SENTINEL, 0)
+    if key_in == "key hash":
+        qos, payload = build.parameter(wire.PID_KEY_HASH, reader, True) + status + sentinel, b""
+    else:
+        qos = status + sentinel
+        payload = b"\x00\x03\x00\x00" + build.parameter(wire.PID_ENDPOINT_GUID, reader, True) + sentinel
+    session.feed(IN, build.header(B) + build.data(SEDP_SUBSCRIPTIONS_WRITER, 2, payload, qos=qos), 2)
+    assert detector.state.directory.readers("rt/camera/image") == 0
+    assert detector.state.directory.errors == 0
