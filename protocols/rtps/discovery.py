@@ -99,12 +99,15 @@ class Directory:
 
     def _note_shared_memory(self, prefix: bytes, payload: bytes) -> None:
         """Remember whether a participant announces a shared-memory locator (Fast DDS's
-        default transport): its samples to local peers that have one too skip sockets."""
+        default transport): its samples to local peers that have one too skip sockets.
+        A cut announcement (b"") says nothing: what was known stays."""
+        if not payload:
+            return
         try:
             is_list, little = wire.encapsulation(payload)
             kinds = wire.locator_kinds(wire.parameters(payload[4:], little), little) if is_list else set()
         except (wire.RtpsError, struct.error):
-            kinds = set()  # a disposal (key only), a cut announcement: no locators
+            kinds = set()  # a disposal (key only): no locators
         if wire.LOCATOR_KIND_FASTDDS_SHM in kinds:
             self._shared_memory[prefix] = None
             self._shared_memory.move_to_end(prefix)

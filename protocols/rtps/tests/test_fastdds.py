@@ -147,3 +147,11 @@ def test_a_reader_disposed_by_key_hash_or_by_serialized_key_is_forgotten(key_in)
     session.feed(IN, build.header(B) + build.data(SEDP_SUBSCRIPTIONS_WRITER, 2, payload, qos=qos), 2)
     assert detector.state.directory.readers("rt/camera/image") == 0
     assert detector.state.directory.errors == 0
+
+
+def test_a_cut_spdp_announcement_keeps_what_was_known():
+    directory = Directory()
+    [data] = [s for s in wire.parse_message(spdp(A, [16, 1])).submessages if type(s) is wire.DataSubmessage]
+    directory.learn(A, data, data.payload, 0)
+    directory.learn(A, data, b"", 1)  # the session passes b"" when the capture cut the payload
+    assert directory.announces_shared_memory(A)
