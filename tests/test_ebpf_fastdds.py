@@ -82,6 +82,30 @@ def test_fastdds_samples_above_64_kilobytes_cross_as_fragments_and_make_one_span
     assert {s.attributes["messaging.message.body.size"] for s in rtps_spans(spans)} == {4 + 8 + 8 + 4 + size}
 
 
+def test_one_fastdds_sample_sent_to_two_readers_is_one_producer_span_linked_from_both(agent):
+    """Fast DDS sends a sample once per reader (unicast): one PRODUCER span, and
+    each reader's CONSUMER span linked to it, not its child (two readers)."""
+    frames = 3
+    launcher = Launcher(
+        f"{node('subscriber', '--seconds', '6')} & {node('subscriber', '--seconds', '6')} & sleep 1; "
+        f"{node('publisher', '--frames', str(frames), '--readers', '2')}"
+    )
+    with OtlpReceiver(http_port=None) as receiver:
+        output, spans, _ = traced(agent, receiver, launcher)
+    assert output.count(f"taken {frames}") == 2, output
+    spans = rtps_spans(spans)
+    sent, received = by_message(spans, PRODUCER), by_message(spans, CONSUMER)
+    assert len(sent) == frames and all(len(v) == 1 for v in sent.values())
+    assert set(received) == set(sent)
+    for message_id, readers in received.items():
+        [producer] = sent[message_id]
+        assert len({r.resource["process.pid"] for r in readers}) == 2 == len(readers)
+        for reader in readers:
+            assert [link.span_id for link in reader.span.links] == [producer.span.span_id]
+            assert reader.span.parent_span_id == b""
+            assert reader.attributes["otelbpf.association"] == "message"
+
+
 def test_a_cyclone_subscriber_reads_a_fastdds_publisher(agent):
     pytest.importorskip("cyclonedds")
     frames = 3

@@ -1,7 +1,7 @@
 // A Fast DDS publisher or subscriber of rt/camera/image, for otelbpf's tests
 // and golden captures (tests/test_ebpf_fastdds.py, scripts/record_dds_pcaps.sh).
 //
-//   image_node publisher  --frames N --rate HZ --size BYTES [--linger S] [--transport udp|shm]
+//   image_node publisher  --frames N --rate HZ --size BYTES [--readers N] [--linger S] [--transport udp|shm]
 //   image_node subscriber --seconds S [--transport udp|shm]
 //
 // The type is the one examples/dds_pipeline.py (Cyclone DDS) publishes,
@@ -119,6 +119,7 @@ struct Options {
     size_t size = 64;
     double seconds = 10.0;
     double linger = 1.0;
+    int readers = 1;  // publisher: wait for this many matched readers
     std::string transport = "udp";
 };
 
@@ -130,7 +131,7 @@ void say(const std::string& line) {
 
 [[noreturn]] void usage(const char* why) {
     fprintf(stderr, "image_node: %s\nusage: image_node publisher|subscriber [--frames N] [--rate HZ] "
-                    "[--size BYTES] [--seconds S] [--linger S] [--transport udp|shm]\n", why);
+                    "[--size BYTES] [--readers N] [--seconds S] [--linger S] [--transport udp|shm]\n", why);
     exit(2);
 }
 
@@ -147,6 +148,7 @@ Options parse(int argc, char** argv) {
         else if (name == "--size") options.size = std::stoul(value);
         else if (name == "--seconds") options.seconds = std::stod(value);
         else if (name == "--linger") options.linger = std::stod(value);
+        else if (name == "--readers") options.readers = std::stoi(value);
         else if (name == "--transport") options.transport = value;
         else usage("unknown option");
     }
@@ -206,9 +208,9 @@ int run(const Options& options) {
         qos.history().depth = 64;
         DataWriter* writer = publisher->create_datawriter(topic, qos);
         PublicationMatchedStatus matched;
-        for (int i = 0; i < 400; i++) {  // 20 s for a reader to match
+        for (int i = 0; i < 400; i++) {  // 20 s for the readers to match
             writer->get_publication_matched_status(matched);
-            if (matched.current_count > 0) break;
+            if (matched.current_count >= options.readers) break;
             sleep_s(0.05);
         }
         say("ready");
