@@ -10,6 +10,7 @@ children (``--pid``) with ``--udp`` and exports OTLP to tests/otlp_receiver.py.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 
@@ -25,10 +26,18 @@ if not NODE.exists():
     pytest.skip(f"{NODE} is not built (scripts/install.sh, or make -C examples/fastdds)", allow_module_level=True)
 
 FAST_DDS, CYCLONE = "eProsima Fast DDS", "Eclipse Cyclone DDS"
+#: A DDS domain of this run's own: participants of another test run on the host
+#: (domain 0: tests/test_ebpf_dds.py, other checkouts) would otherwise match ours.
+DOMAIN = str(1 + os.getpid() % 200)
 
 
 def node(*args: str) -> str:
-    return " ".join([str(NODE), *args])
+    return " ".join([str(NODE), *args, "--domain", DOMAIN])
+
+
+def cyclone(name: str, *args: str) -> str:
+    """An examples/dds_pipeline.py role (Cyclone DDS) in this run's domain."""
+    return role(name, *args, "--domain", DOMAIN)
 
 
 def assert_one_to_one(spans, frames: int, vendor: str, fragmented: bool = False) -> None:
@@ -109,7 +118,7 @@ def test_one_fastdds_sample_sent_to_two_readers_is_one_producer_span_linked_from
 def test_a_cyclone_subscriber_reads_a_fastdds_publisher(agent):
     pytest.importorskip("cyclonedds")
     frames = 3
-    launcher = Launcher(f"{role('sink', '--seconds', '5')} & sleep 1.5; {node('publisher', '--frames', str(frames))}")
+    launcher = Launcher(f"{cyclone('sink', '--seconds', '5')} & sleep 1.5; {node('publisher', '--frames', str(frames))}")
     with OtlpReceiver(http_port=None) as receiver:
         output, spans, _ = traced(agent, receiver, launcher)
     assert f"taken {frames}" in output, output  # examples/dds_pipeline.py's Cyclone sink
@@ -119,7 +128,7 @@ def test_a_cyclone_subscriber_reads_a_fastdds_publisher(agent):
 def test_a_fastdds_subscriber_reads_a_cyclone_publisher(agent):
     pytest.importorskip("cyclonedds")
     frames = 3
-    launcher = Launcher(f"{node('subscriber', '--seconds', '5')} & sleep 1; {role('camera', '--frames', str(frames))}")
+    launcher = Launcher(f"{node('subscriber', '--seconds', '5')} & sleep 1; {cyclone('camera', '--frames', str(frames))}")
     with OtlpReceiver(http_port=None) as receiver:
         output, spans, _ = traced(agent, receiver, launcher)
     assert f"taken {frames}" in output, output

@@ -1,8 +1,8 @@
 // A Fast DDS publisher or subscriber of rt/camera/image, for otelbpf's tests
 // and golden captures (tests/test_ebpf_fastdds.py, scripts/record_dds_pcaps.sh).
 //
-//   image_node publisher  --frames N --rate HZ --size BYTES [--readers N] [--linger S] [--transport udp|shm]
-//   image_node subscriber --seconds S [--transport udp|shm]
+//   image_node publisher  --frames N --rate HZ --size BYTES [--readers N] [--linger S] [--transport udp|shm] [--domain D]
+//   image_node subscriber --seconds S [--transport udp|shm] [--domain D]
 //
 // The type is the one examples/dds_pipeline.py (Cyclone DDS) publishes,
 // sensor_msgs::msg::dds_::Image_ {int64 frame; int64 stamp_ns; sequence<uint8> data},
@@ -120,6 +120,7 @@ struct Options {
     double seconds = 10.0;
     double linger = 1.0;
     int readers = 1;  // publisher: wait for this many matched readers
+    int domain = 0;   // tests pick their own, so concurrent runs do not talk to each other
     std::string transport = "udp";
 };
 
@@ -131,7 +132,7 @@ void say(const std::string& line) {
 
 [[noreturn]] void usage(const char* why) {
     fprintf(stderr, "image_node: %s\nusage: image_node publisher|subscriber [--frames N] [--rate HZ] "
-                    "[--size BYTES] [--readers N] [--seconds S] [--linger S] [--transport udp|shm]\n", why);
+                    "[--size BYTES] [--readers N] [--seconds S] [--linger S] [--transport udp|shm] [--domain D]\n", why);
     exit(2);
 }
 
@@ -149,11 +150,13 @@ Options parse(int argc, char** argv) {
         else if (name == "--seconds") options.seconds = std::stod(value);
         else if (name == "--linger") options.linger = std::stod(value);
         else if (name == "--readers") options.readers = std::stoi(value);
+        else if (name == "--domain") options.domain = std::stoi(value);
         else if (name == "--transport") options.transport = value;
         else usage("unknown option");
     }
     if (options.transport != "udp" && options.transport != "shm") usage("--transport is udp or shm");
     if (options.size > kMaxData) usage("--size is at most 1048576");
+    if (options.domain < 0 || options.domain > 232) usage("--domain is 0 to 232");
     return options;
 }
 
@@ -194,7 +197,7 @@ public:
 
 int run(const Options& options) {
     auto factory = DomainParticipantFactory::get_instance();
-    DomainParticipant* participant = factory->create_participant(0, participant_qos(options.transport));
+    DomainParticipant* participant = factory->create_participant(options.domain, participant_qos(options.transport));
     if (!participant) usage("could not create the participant");
     TypeSupport type(new ImageType());
     type.register_type(participant);
