@@ -13,6 +13,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from protocols.base import Direction, ExchangeStarted
 from protocols.rtps import RtpsDetector, wire
@@ -155,3 +157,26 @@ def test_a_cut_spdp_announcement_keeps_what_was_known():
     directory.learn(A, data, data.payload, 0)
     directory.learn(A, data, b"", 1)  # the session passes b"" when the capture cut the payload
     assert directory.announces_shared_memory(A)
+
+
+FAST_DDS_VALID = [spdp(A, [16, 1]), spdp(B, [1], little=False), build.announce_reader(B, build.USER_READER, "rt/camera/image")]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(FAST_DDS_VALID), st.integers(20, 200), st.binary(min_size=1, max_size=6), st.booleans()
+        ),
+        max_size=12,
+    )
+)
+def test_damaged_fastdds_discovery_is_survived(damaged):
+    """SPDP locators and SEDP disposals from bytes overwritten anywhere: never an exception."""
+    detector = RtpsDetector()
+    session = detector.new_session(OUT)
+    session.pid = 9
+    for ts, (message, at, junk, egress) in enumerate(damaged):
+        raw = message[:at] + junk + message[at + len(junk) :]
+        session.feed(OUT if egress else IN, raw, ts * QUIET_NS)
+    detector.take_notices()
