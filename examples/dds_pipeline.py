@@ -92,7 +92,7 @@ def say(*words) -> None:
 
 
 def camera(args) -> None:
-    participant = DomainParticipant()
+    participant = DomainParticipant(args.domain)
     writer = DataWriter(participant, Topic(participant, "rt/camera/image", Image), qos=RELIABLE)
     wait_for_readers(writer, args.readers)
     say("ready")
@@ -111,7 +111,7 @@ def camera(args) -> None:
 
 
 def detector(args) -> None:
-    participant = DomainParticipant()
+    participant = DomainParticipant(args.domain)
     writer = DataWriter(participant, Topic(participant, "rt/detector/objects", Detections), qos=RELIABLE)
 
     class OnImage(Listener):
@@ -126,7 +126,7 @@ def detector(args) -> None:
 
 
 def planner(args) -> None:
-    participant = DomainParticipant()
+    participant = DomainParticipant(args.domain)
 
     class OnObjects(Listener):
         def on_data_available(self, reader):
@@ -140,7 +140,7 @@ def planner(args) -> None:
 
 def sink(args) -> None:
     """Takes images and counts them (the benchmark's reader)."""
-    participant = DomainParticipant()
+    participant = DomainParticipant(args.domain)
     taken = [0]
 
     class OnImage(Listener):
@@ -154,7 +154,7 @@ def sink(args) -> None:
 
 
 def service_server(args) -> None:
-    participant = DomainParticipant()
+    participant = DomainParticipant(args.domain)
     replies = DataWriter(participant, Topic(participant, "rr/plan_pathReply", PlanReply), qos=RELIABLE)
 
     class OnRequest(Listener):
@@ -169,7 +169,7 @@ def service_server(args) -> None:
 
 
 def service_client(args) -> None:
-    participant = DomainParticipant()
+    participant = DomainParticipant(args.domain)
     requests = DataWriter(participant, Topic(participant, "rq/plan_pathRequest", PlanRequest), qos=RELIABLE)
     answered = threading.Event()
 
@@ -230,6 +230,7 @@ def main(argv=None) -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="subscribers: run this long")
     parser.add_argument("--linger", type=float, default=1.0, help="publishers: stay this long after the last sample")
     parser.add_argument("--multicast", action="store_true", help="discovery by multicast (default: unicast peers)")
+    parser.add_argument("--domain", type=int, default=0, help="DDS domain id (tests pick their own: no cross-talk)")
     args = parser.parse_args(argv)
     ROLES[args.role](args)
 

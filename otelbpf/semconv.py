@@ -181,6 +181,9 @@ OTELBPF_DDS_TOPIC_UNKNOWN = "otelbpf.dds.topic.unknown"
 OTELBPF_DDS_FRAGMENTED = "otelbpf.dds.fragmented"
 #: samples of this writer lost (sequence gaps never filled) just before this one
 OTELBPF_DDS_LOST_BEFORE = "otelbpf.dds.lost_before"
+#: the DDS implementation of the writer's participant, from the RTPS header's vendor id
+#: (``eProsima Fast DDS``, ``Eclipse Cyclone DDS``; ``0x....`` when not in the list)
+OTELBPF_DDS_VENDOR = "otelbpf.dds.vendor"
 #: the ROS 2 topic or service name: the DDS topic without ``rt/``/``rq/``/``rr/`` (and Request/Reply)
 OTELBPF_ROS2_TOPIC = "otelbpf.ros2.topic"
 OTELBPF_ROS2_SERVICE = "otelbpf.ros2.service"

@@ -18,6 +18,8 @@
 #      editing one rebuilds.
 #   5. The stand-in CUDA runtime, driver and NCCL libraries the GPU tests and
 #      the inference example probe (examples/cuda_standin, gcc; no GPU needed).
+#   6. The Fast DDS publisher/subscriber of the DDS tests (examples/fastdds,
+#      g++ against Debian's libfastrtps-dev, Fast DDS 2.9).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,7 +37,8 @@ packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-li
           libcap2-bin                  # capsh: tests/test_identity.py runs the agent with fewer capabilities
           iptables                     # tests/test_ebpf_dds.py drops packets in its own network namespace
           golang-go                    # tests/test_deploy.py renders the Helm chart with Go templates (no helm here)
-          make                         # builds examples/cuda_standin
+          make                         # builds examples/cuda_standin and examples/fastdds
+          g++ libfastrtps-dev          # examples/fastdds: tests/test_ebpf_fastdds.py's Fast DDS nodes
           gcc libc6-dev python3-dev)   # the last three build the Cython extensions
 missing=()
 for p in "${packages[@]}"; do
@@ -74,6 +77,7 @@ fi
 
 # Stand-in GPU libraries (make rebuilds only what changed).
 make -s -C "$here/examples/cuda_standin" && say "stand-in CUDA/NCCL libraries: examples/cuda_standin/build"
+make -s -C "$here/examples/fastdds" && say "Fast DDS nodes: examples/fastdds/build/image_node"
 
 # The compiled modules (one list, in pyproject.toml) and their sources (.py, .pxd).
 compiled=$(/usr/bin/python3 -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["tool"]["otelbpf"]["compiled"]))' "$here/pyproject.toml")

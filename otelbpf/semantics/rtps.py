@@ -23,6 +23,7 @@ from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanKind, SpanLink, SpanRecord
 from otelbpf.semantics.common import SpanOptions, network_transport, outcome_status, peer_attributes, span_record
 from protocols.rtps.discovery import guid_text
+from protocols.rtps.wire import vendor_name
 from protocols.rtps.types import PROTOCOL, ROS2_REPLY_PREFIX, ROS2_REQUEST_PREFIX, ROS2_TOPIC_PREFIX, RtpsExchange
 
 UNKNOWN_TOPIC = "(unknown topic)"
@@ -66,6 +67,8 @@ class RtpsSemantics:
             sc.OTELBPF_DDS_WRITER_GUID: guid_text(exchange.writer_guid),
             sc.OTELBPF_DDS_SEQUENCE: exchange.sequence,
         }
+        if exchange.vendor_id:
+            attrs[sc.OTELBPF_DDS_VENDOR] = vendor_name(exchange.vendor_id)
         name = f"{operation} {topic or UNKNOWN_TOPIC}"
         if topic:
             attrs[sc.MESSAGING_DESTINATION_NAME] = topic

@@ -12,6 +12,7 @@ bounded: the oldest entries go first. Pure: fed decoded submessages, no I/O.
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -56,6 +57,8 @@ class Directory:
         self._readers: dict[str, set[bytes]] = {}
         #: Participants announced by SPDP (GUID prefix -> last seen time).
         self.participants: OrderedDict[bytes, int] = OrderedDict()
+        #: Participants whose SPDP announced a shared-memory locator (GUID prefixes).
+        self._shared_memory: OrderedDict[bytes, None] = OrderedDict()
         #: Discovery submessages that could not be decoded.
         self.errors = 0
 
@@ -78,6 +81,7 @@ class Directory:
         writer_id = data.writer_id
         if writer_id == SPDP_WRITER:
             self._remember_participant(writer_prefix, ts_ns)
+            self._note_shared_memory(writer_prefix, payload)
             return None
         if writer_id not in (SEDP_PUBLICATIONS_WRITER, SEDP_SUBSCRIPTIONS_WRITER):
             return None
@@ -93,6 +97,32 @@ class Directory:
         if len(self.participants) > MAX_PARTICIPANTS:
             self.participants.popitem(last=False)
 
+    def _note_shared_memory(self, prefix: bytes, payload: bytes) -> None:
+        """Remember whether a participant announces a shared-memory locator (Fast DDS's
+        default transport): its samples to local peers that have one too skip sockets.
+        A cut announcement (b"") says nothing: what was known stays."""
+        if not payload:
+            return
+        try:
+            is_list, little = wire.encapsulation(payload)
+            kinds = wire.locator_kinds(wire.parameters(payload[4:], little), little) if is_list else set()
+        except (wire.RtpsError, struct.error):
+            kinds = set()  # a disposal (key only): no locators
+        if wire.LOCATOR_KIND_FASTDDS_SHM in kinds:
+            self._shared_memory[prefix] = None
+            self._shared_memory.move_to_end(prefix)
+            if len(self._shared_memory) > MAX_PARTICIPANTS:
+                self._shared_memory.popitem(last=False)
+        else:
+            self._shared_memory.pop(prefix, None)
+
+    def announces_shared_memory(self, prefix: bytes) -> bool:
+        return prefix in self._shared_memory
+
+    def shared_memory_peers(self, prefix: bytes) -> int:
+        """Participants other than ``prefix`` that announce a shared-memory locator."""
+        return len(self._shared_memory) - (prefix in self._shared_memory)
+
     def _learn_endpoint(self, data: wire.DataSubmessage, payload: bytes, writer: bool) -> Endpoint | None:
         gone = False
         key_hash = b""
@@ -101,16 +131,15 @@ class Directory:
                 gone = True
             elif pid == wire.PID_KEY_HASH and len(value) == 16:
                 key_hash = value
-        if gone:  # disposal: the payload may be only the key
-            self._forget(key_hash)
+        if gone:  # disposal: the key is in PID_KEY_HASH (Fast DDS) or the payload (Cyclone DDS)
+            guid = key_hash or (self._announced_guid(payload) if payload else b"")
+            self._forget(guid)
             return None
         if not payload:
             return None
-        is_list, little = wire.encapsulation(payload)
-        if not is_list:
-            raise wire.RtpsError("SEDP payload is not a parameter list")
         guid, topic, type_name = key_hash, "", ""
-        for pid, value in wire.parameters(payload[4:], little):
+        parameters, little = self._announcement(payload)
+        for pid, value in parameters:
             if pid == wire.PID_ENDPOINT_GUID and len(value) == 16:
                 guid = value
             elif pid == wire.PID_TOPIC_NAME:
@@ -122,6 +151,21 @@ class Directory:
         endpoint = Endpoint(guid, topic, type_name, writer)
         self.add(endpoint)
         return endpoint
+
+    @staticmethod
+    def _announcement(payload: bytes) -> tuple[list[tuple[int, bytes]], bool]:
+        """The parameters of a SEDP serialized payload (PL_CDR) and their endianness."""
+        is_list, little = wire.encapsulation(payload)
+        if not is_list:
+            raise wire.RtpsError("SEDP payload is not a parameter list")
+        return wire.parameters(payload[4:], little), little
+
+    def _announced_guid(self, payload: bytes) -> bytes:
+        """PID_ENDPOINT_GUID of a serialized key (a disposal without PID_KEY_HASH)."""
+        for pid, value in self._announcement(payload)[0]:
+            if pid == wire.PID_ENDPOINT_GUID and len(value) == 16:
+                return value
+        return b""
 
     def add(self, endpoint: Endpoint) -> None:
         old = self._endpoints.pop(endpoint.guid, None)

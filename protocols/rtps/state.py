@@ -103,7 +103,7 @@ class SequenceWindow:
 
 
 class _Watched:
-    __slots__ = ("prefix", "topics", "since_ns", "samples", "reported")
+    __slots__ = ("prefix", "topics", "since_ns", "samples", "reported", "shared_memory")
 
     def __init__(self, prefix: bytes, since_ns: int) -> None:
         self.prefix = prefix
@@ -111,6 +111,9 @@ class _Watched:
         self.since_ns = since_ns
         self.samples = 0
         self.reported = False
+        #: Its SPDP announced a shared-memory locator (Fast DDS): then even its SEDP
+        #: may take shared memory, and only SPDP (multicast) is seen.
+        self.shared_memory = False
 
 
 class DataWatch:
@@ -127,12 +130,20 @@ class DataWatch:
         self._next_check_ns = 0
 
     def announced(self, pid: int, prefix: bytes, topic: str, ts_ns: int) -> None:
+        """Its SEDP announced a writer of ``topic`` through a socket."""
+        self._watched(pid, prefix, ts_ns).topics.add(topic)
+
+    def announced_shared_memory(self, pid: int, prefix: bytes, ts_ns: int) -> None:
+        """Its SPDP, sent through a socket, offers a shared-memory locator."""
+        self._watched(pid, prefix, ts_ns).shared_memory = True
+
+    def _watched(self, pid: int, prefix: bytes, ts_ns: int) -> _Watched:
         watched = self._processes.get(pid)
         if watched is None:
             watched = self._processes[pid] = _Watched(prefix, ts_ns)
             if len(self._processes) > MAX_WATCHED_PROCESSES:
                 self._processes.popitem(last=False)
-        watched.topics.add(topic)
+        return watched
 
     def sample(self, pid: int) -> None:
         watched = self._processes.get(pid)
@@ -148,12 +159,20 @@ class DataWatch:
             if watched.reported or watched.samples or ts_ns - watched.since_ns < QUIET_NS:
                 continue
             read_elsewhere = sorted(t for t in watched.topics if directory.has_reader_outside(t, watched.prefix))
+            quiet = f"none of its samples crossed a socket in {QUIET_NS // 1_000_000_000} s"
             if read_elsewhere:
                 watched.reported = True
                 self._notices.append(
                     f"DDS process {pid} announced writers on {', '.join(read_elsewhere[:5])} that have readers, "
-                    f"but none of its samples crossed a socket in {QUIET_NS // 1_000_000_000} s: its DDS is probably "
-                    "using shared memory (Fast DDS's default, Cyclone DDS with iceoryx), which the agent cannot see. "
+                    f"but {quiet}: its DDS is probably using shared memory (Fast DDS's default, Cyclone DDS with "
+                    "iceoryx), which the agent cannot see. Configure UDP transport to trace it (docs/ros2-dds.md)."
+                )
+            elif watched.shared_memory and directory.shared_memory_peers(watched.prefix):
+                watched.reported = True
+                self._notices.append(
+                    f"DDS process {pid} offers Fast DDS shared-memory transport, as do "
+                    f"{directory.shared_memory_peers(watched.prefix)} other participant(s), and {quiet}: its samples "
+                    "(and discovery of its topics) probably move through shared memory, which the agent cannot see. "
                     "Configure UDP transport to trace it (docs/ros2-dds.md)."
                 )
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from protocols.base import Direction, ExchangeCompleted, ExchangeKind, ExchangeStarted, SessionEvent
 from protocols.rtps import wire
-from protocols.rtps.discovery import is_builtin
+from protocols.rtps.discovery import SPDP_WRITER, is_builtin
 from protocols.rtps.state import SharedState
 from protocols.rtps.types import PROTOCOL, ROS2_REQUEST_PREFIX, RtpsExchange
 
@@ -133,9 +133,13 @@ class RtpsSession:
                 return
             size, (payload, source_ns) = item.sample_size, whole
         if is_builtin(item.writer_id):  # discovery (or liveliness): no span
-            endpoint = self.state.directory.learn(header.guid_prefix, item, b"" if item.missing else payload, ts_ns)
-            if endpoint is not None and endpoint.writer and direction == Direction.EGRESS and self.pid:
-                self.state.data_watch.announced(self.pid, header.guid_prefix, endpoint.topic, ts_ns)
+            directory = self.state.directory
+            endpoint = directory.learn(header.guid_prefix, item, b"" if item.missing else payload, ts_ns)
+            if direction == Direction.EGRESS and self.pid:
+                if endpoint is not None and endpoint.writer:
+                    self.state.data_watch.announced(self.pid, header.guid_prefix, endpoint.topic, ts_ns)
+                elif item.writer_id == SPDP_WRITER and directory.announces_shared_memory(header.guid_prefix):
+                    self.state.data_watch.announced_shared_memory(self.pid, header.guid_prefix, ts_ns)
             return
         self._sample(direction, header, writer_guid, item, size, source_ns, ts_ns, out)
 

@@ -28,6 +28,9 @@ INFO_SRC = 0x0C
 INFO_DST = 0x0E
 DATA = 0x15
 DATA_FRAG = 0x16
+#: Submessage ids from here up are vendor-specific (9.4.5.1.1): Fast DDS ends
+#: every message with one (0x80, its statistics data); others skip them.
+VENDOR_SPECIFIC = 0x80
 
 FLAG_E = 0x01  # little-endian submessage
 FLAG_DATA_Q = 0x02  # DATA/DATA_FRAG: inline QoS present
@@ -43,6 +46,24 @@ PID_PARTICIPANT_GUID = 0x0050
 PID_ENDPOINT_GUID = 0x005A
 PID_KEY_HASH = 0x0070
 PID_STATUS_INFO = 0x0071
+PID_DEFAULT_UNICAST_LOCATOR = 0x0031
+PID_METATRAFFIC_UNICAST_LOCATOR = 0x0032
+
+#: Locator kinds (9.3.2): UDP/IPv4 and IPv6 are 1 and 2; Fast DDS announces its
+#: shared-memory transport's locators as kind 16 (LOCATOR_KIND_SHM).
+LOCATOR_KIND_FASTDDS_SHM = 16
+
+#: Vendor ids of the RTPS header (the OMG's DDSI-RTPS vendor id list), for span attributes.
+VENDORS = {
+    b"\x01\x01": "RTI Connext DDS",
+    b"\x01\x02": "ADLINK OpenSplice DDS",
+    b"\x01\x03": "OCI OpenDDS",
+    b"\x01\x06": "Twin Oaks CoreDX DDS",
+    b"\x01\x0f": "eProsima Fast DDS",
+    b"\x01\x10": "Eclipse Cyclone DDS",
+    b"\x01\x11": "GurumNetworks GurumDDS",
+    b"\x01\x12": "Atostek RustDDS",
+}
 
 #: Seconds between the NTP-like RTPS Time_t fraction and nanoseconds.
 _FRACTION = 1 << 32
@@ -164,7 +185,7 @@ def parse_message(data: bytes, missing: int = 0) -> Message:
                 break
             raise RtpsError(f"malformed submessage 0x{kind:02x}") from exc
         if item is None:
-            message.skipped += kind not in (PAD, INFO_SRC)
+            message.skipped += kind not in (PAD, INFO_SRC) and kind < VENDOR_SPECIFIC
         else:
             message.submessages.append(item)
         if cut:
@@ -287,6 +308,21 @@ def parameters(body: bytes, little: bool) -> list[tuple[int, bytes]]:
         out.append((pid & 0x3FFF, bytes(value)))  # low 14 bits: the id (vendor/must-understand bits off)
         offset += length
     return out
+
+
+def vendor_name(vendor_id: bytes) -> str:
+    """The vendor's name, or its id in hex (``0x0abc``) when the list lacks it."""
+    return VENDORS.get(vendor_id) or "0x" + vendor_id.hex()
+
+
+def locator_kinds(parameter_list: list[tuple[int, bytes]], little: bool) -> set[int]:
+    """Kinds of the unicast locators (user and discovery traffic) a participant announces."""
+    e = "<i" if little else ">i"
+    return {
+        struct.unpack_from(e, value, 0)[0]
+        for pid, value in parameter_list
+        if pid in (PID_DEFAULT_UNICAST_LOCATOR, PID_METATRAFFIC_UNICAST_LOCATOR) and len(value) == 24
+    }
 
 
 def cdr_string(value: bytes, little: bool) -> str:
