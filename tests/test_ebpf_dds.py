@@ -43,8 +43,15 @@ class Launcher:
         return out
 
 
+#: A DDS domain of this run's own: participants of another test run on the host
+#: (another checkout's tests at the same time) would otherwise match ours.
+DOMAIN = 1 + os.getpid() % 200
+
+
 def role(name: str, *args: str) -> str:
-    return " ".join([sys.executable, PIPELINE, name, *args])
+    """An examples/dds_pipeline.py role; in this run's domain unless ``args`` name one."""
+    domain = [] if "--domain" in args else ["--domain", str(DOMAIN)]
+    return " ".join([sys.executable, PIPELINE, name, *args, *domain])
 
 
 def traced(agent, receiver, launcher: Launcher, timeout: float = 60):
@@ -182,9 +189,9 @@ def lossy_namespace():
     (netfilter INPUT, so every send leaves its syscall and is seen): reliable
     DDS writers must repair, and nothing outside the namespace is touched.
 
-    Only the user-traffic unicast ports lose packets (RTPS port mapping,
-    domain 0: 7411 + 2 x participant index; discovery uses the even ports
-    7410 + 2 x index). Dropping discovery too made the run hinge on Cyclone's
+    Only the user-traffic unicast ports lose packets (RTPS port mapping:
+    7400 + 250 x domain + 11 + 2 x participant index; discovery uses the even
+    ports, 10 + 2 x index). Dropping discovery too made the run hinge on Cyclone's
     30 s SPDP resend period: one lost announcement and the reader never
     matched the writer within the test. This test is about data repair."""
     if not shutil.which("iptables"):
@@ -193,7 +200,7 @@ def lossy_namespace():
     subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
         subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True)
-        data_ports = ",".join(str(7411 + 2 * index) for index in range(15))  # multiport takes 15
+        data_ports = ",".join(str(7400 + 250 * DOMAIN + 11 + 2 * index) for index in range(15))  # multiport takes 15
         drop = ["iptables", "-A", "INPUT", "-p", "udp", "-m", "multiport", "--dports", data_ports,
                 "-m", "statistic", "--mode", "random", "--probability", "0.1", "-j", "DROP"]  # fmt: skip
         if subprocess.run(["ip", "netns", "exec", ns, *drop]).returncode:
