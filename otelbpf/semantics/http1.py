@@ -45,7 +45,28 @@ def derive_route(path: str) -> str:
     """A low-cardinality route from a concrete path: IDs become ``{id}``.
 
     ``/v1/users/12345/orders/9f86d081884c7d65`` -> ``/v1/users/{id}/orders/{id}``
+
+    Remembered per path (a server sees the same few paths over and over;
+    deriving one costs a regex per segment): at most ``_ROUTE_CACHE_SIZE``
+    paths, forgotten all at once when full, and none longer than
+    ``_ROUTE_CACHE_MAX_LEN``.
     """
+    route = _ROUTES.get(path)
+    if route is None:
+        route = _derive_route(path)
+        if len(path) <= _ROUTE_CACHE_MAX_LEN:
+            if len(_ROUTES) >= _ROUTE_CACHE_SIZE:
+                _ROUTES.clear()
+            _ROUTES[path] = route
+    return route
+
+
+_ROUTES: dict[str, str] = {}
+_ROUTE_CACHE_SIZE = 4096
+_ROUTE_CACHE_MAX_LEN = 256
+
+
+def _derive_route(path: str) -> str:
     if not path.startswith("/"):
         return path
     parts = path.split("/")

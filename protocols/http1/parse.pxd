@@ -31,6 +31,9 @@ cdef class HttpParser:
     cdef list _informational
     cdef object _expected_methods
 
+    cpdef list feed(self, data, long long ts_ns, long long missing=*)
+    cpdef list close(self)
+    cpdef expect_response_to(self, method)
     cdef void _consume(self, data, long long ts_ns, list events) except *
     cdef Py_ssize_t _consume_head(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef Py_ssize_t _consume_fixed_body(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
