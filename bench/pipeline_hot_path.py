@@ -9,9 +9,13 @@ nothing waits on a socket. Reports CPU microseconds per request, end to end and
 with the export thread's encoding included (process time, so other load on the
 machine barely moves it)::
 
-    .venv/bin/python bench/pipeline_hot_path.py [--requests N] [--connections C] [--rounds R]
+    .venv/bin/python bench/pipeline_hot_path.py [--requests N] [--connections C] [--rounds R] [--gc agent|default]
     OTELBPF_PURE=1 .venv/bin/python bench/pipeline_hot_path.py    # the pure-Python modules
     perf record -g .venv/bin/python bench/pipeline_hot_path.py     # native symbols, inside compiled code
+
+The garbage collector is set as ``otelbpf run`` sets it once started
+(``otelbpf.gctune``; ``--gc default`` keeps CPython's thresholds), and the
+time it took is reported apart (``gc.callbacks``).
 
 No eBPF and no root needed. bench/nginx_wrk.py measures the live agent
 (ring-buffer reads, decode, threads, gRPC); this isolates what the hot-path
@@ -98,6 +102,21 @@ def workload(requests: int, connections: int) -> tuple[list, list]:
     return opens, [events[i : i + 256] for i in range(0, len(events), 256)]
 
 
+class GcClock:
+    """Wall time spent in cyclic garbage collection (gc.callbacks), summed."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+        gc.callbacks.append(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+
 def run_once(requests: int, connections: int) -> tuple[float, int]:
     """CPU seconds (this process, all threads) for ``requests`` requests, and the spans exported."""
     counters = Counters()
@@ -121,8 +140,15 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=50_000)
     p.add_argument("--connections", type=int, default=100)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--gc", choices=("agent", "default"), default="agent",
+                   help="garbage collector as `otelbpf run` sets it (otelbpf.gctune), or CPython's defaults")
     args = p.parse_args()
     run_once(2_000, args.connections)  # warm-up: imports, caches
+    if args.gc == "agent":
+        from otelbpf import gctune
+
+        gctune.tune()
+    clock = GcClock()
     per_request = []
     for _ in range(args.rounds):
         cpu, spans = run_once(args.requests, args.connections)
@@ -130,7 +156,9 @@ def main() -> int:
             print(f"pipeline_hot_path: {spans} spans for {args.requests} requests", file=sys.stderr)
             return 1
         per_request.append(1e6 * cpu / args.requests)
-    print(f"{args.requests:,} requests x {args.rounds} rounds, {args.connections} keep-alive connections")
+    gc_per_request = 1e6 * clock.seconds / (args.rounds * args.requests)
+    print(f"{args.requests:,} requests x {args.rounds} rounds, {args.connections} keep-alive connections, gc {args.gc}")
+    print(f"of which cyclic garbage collection: {gc_per_request:.2f} us per request (wall time)")
     print(f"user-space CPU per request (pipeline + metrics + OTLP encoding): median {statistics.median(per_request):.2f} us, "
           f"min {min(per_request):.2f}, max {max(per_request):.2f}")
     return 0

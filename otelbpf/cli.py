@@ -9,7 +9,7 @@ import os
 import sys
 import time
 
-from otelbpf import __version__
+from otelbpf import __version__, gctune
 from otelbpf.otlp import OTLP_TRANSPORTS
 from otelbpf.semantics import gpu_steps
 
@@ -468,6 +468,7 @@ def cmd_run(args) -> int:
             health.close()
         return 1
     source.ready = True
+    gctune.tune()  # start-up is over: fewer cycle collections on the hot path (otelbpf/gctune.py)
     log.info("otelbpf: tracing, %d probes attached (%.1fs)", probes, time.monotonic() - started)
     try:
         agent.run(args.duration)

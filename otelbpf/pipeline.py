@@ -57,6 +57,9 @@ from protocols.base import (
 
 log = logging.getLogger("otelbpf.pipeline")
 
+#: SpanKind by number: an exchange's kind (ExchangeKind, same numbers) without an enum call per span.
+_SPAN_KINDS = {kind.value: kind for kind in SpanKind}
+
 class SpanConsumer(Protocol):
     def on_end(self, span: SpanRecord) -> None: ...
 
@@ -285,7 +288,7 @@ class Pipeline:
             tid, ts, task_id = event.tid, event.ts_ns, event.task_id
         else:
             tid, ts, task_id = conn.pid, exchange.start_ns, 0
-        start = self.linker.start(conn, exchange, SpanKind(exchange.kind), conn.pid, tid, ts, task_id)
+        start = self.linker.start(conn, exchange, _SPAN_KINDS[exchange.kind], conn.pid, tid, ts, task_id)
         self._open[key] = start
         conn.exchanges[key] = exchange
 

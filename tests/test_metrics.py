@@ -797,6 +797,35 @@ def test_spans_of_a_protocol_without_instruments_are_not_measured() -> None:
     assert metrics.collect().processes == [] and metrics.series_count == 0
 
 
+def test_an_instrument_s_required_attribute_keeps_other_spans_from_its_selector() -> None:
+    offered: list[SpanRecord] = []
+
+    def select(span: SpanRecord) -> bool:
+        offered.append(span)
+        return True
+
+    streamed = SpanHistogram(
+        name="stream.chunks",
+        unit="{chunk}",
+        description="Chunks per streamed response.",
+        boundaries=(1.0, 10.0),
+        attributes=(),
+        select=select,
+        value=lambda s: float(s.attributes["chunks"]),
+        requires="chunks",
+    )
+    metrics = SpanMetrics(RESOURCES, {"http1": HTTP1_INSTRUMENTS + (streamed,)})
+    plain, with_chunks = span(), span(chunks=5)
+    metrics.record(plain)
+    metrics.record(with_chunks)
+
+    assert offered == [with_chunks]
+    (process,) = metrics.collect().processes
+    (point,) = process.points("stream.chunks")
+    assert (point.count, point.sum) == (1, 5.0)
+    assert process.points(SERVER_DURATION)[0].count == 2  # instruments without a requirement see every span
+
+
 def test_any_protocol_s_instruments_are_aggregated_and_encoded_from_their_definition() -> None:
     sizes = SpanHistogram(
         name="rpc.server.request.size",

@@ -97,6 +97,7 @@ CLIENT_OPERATION_DURATION = SpanHistogram(
     description="GenAI operation duration.",
     boundaries=sc.GEN_AI_DURATION_BOUNDARIES,
     attributes=ATTRIBUTES,
+    requires=sc.GEN_AI_OPERATION_NAME,
     select=genai_span(SpanKind.CLIENT),
     value=duration_seconds,
 )
@@ -106,6 +107,7 @@ CLIENT_INPUT_TOKENS = SpanHistogram(
     description="Number of input and output tokens used.",
     boundaries=sc.GEN_AI_TOKEN_USAGE_BOUNDARIES,
     attributes=TOKEN_ATTRIBUTES,
+    requires=sc.GEN_AI_OPERATION_NAME,
     select=genai_span(SpanKind.CLIENT, sc.GEN_AI_USAGE_INPUT_TOKENS),
     value=attribute(sc.GEN_AI_USAGE_INPUT_TOKENS),
     fixed_attributes=((sc.GEN_AI_TOKEN_TYPE, sc.GEN_AI_TOKEN_TYPE_INPUT),),
@@ -116,6 +118,7 @@ CLIENT_OUTPUT_TOKENS = SpanHistogram(
     description="Number of input and output tokens used.",
     boundaries=sc.GEN_AI_TOKEN_USAGE_BOUNDARIES,
     attributes=TOKEN_ATTRIBUTES,
+    requires=sc.GEN_AI_OPERATION_NAME,
     select=genai_span(SpanKind.CLIENT, sc.GEN_AI_USAGE_OUTPUT_TOKENS),
     value=attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS),
     fixed_attributes=((sc.GEN_AI_TOKEN_TYPE, sc.GEN_AI_TOKEN_TYPE_OUTPUT),),
@@ -126,6 +129,7 @@ CLIENT_TIME_TO_FIRST_CHUNK = SpanHistogram(
     description="Time to receive the first chunk in a streaming response.",
     boundaries=sc.GEN_AI_DURATION_BOUNDARIES,
     attributes=ATTRIBUTES,
+    requires=sc.GEN_AI_OPERATION_NAME,
     select=genai_span(SpanKind.CLIENT, sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
     value=attribute(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
 )
@@ -135,6 +139,7 @@ CLIENT_TIME_PER_OUTPUT_CHUNK = SpanHistogram(
     description="Time per output chunk after the first one (the call's mean).",
     boundaries=sc.GEN_AI_DURATION_BOUNDARIES,
     attributes=ATTRIBUTES,
+    requires=sc.GEN_AI_OPERATION_NAME,
     select=genai_span(SpanKind.CLIENT, sc.OTELBPF_GEN_AI_RESPONSE_TIME_PER_OUTPUT_CHUNK),
     value=attribute(sc.OTELBPF_GEN_AI_RESPONSE_TIME_PER_OUTPUT_CHUNK),
 )
@@ -144,6 +149,7 @@ SERVER_REQUEST_DURATION = SpanHistogram(
     description="Generative AI server request duration such as time-to-last byte or last output token.",
     boundaries=sc.GEN_AI_DURATION_BOUNDARIES,
     attributes=ATTRIBUTES,
+    requires=sc.GEN_AI_OPERATION_NAME,
     select=genai_span(SpanKind.SERVER),
     value=duration_seconds,
 )
@@ -153,6 +159,7 @@ SERVER_TIME_TO_FIRST_TOKEN = SpanHistogram(
     description="Time to generate first token for successful responses.",
     boundaries=sc.GEN_AI_SERVER_TIME_TO_FIRST_TOKEN_BOUNDARIES,
     attributes=ATTRIBUTES,
+    requires=sc.GEN_AI_OPERATION_NAME,
     select=genai_span(SpanKind.SERVER, sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
     value=attribute(sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK),
 )
@@ -162,6 +169,7 @@ SERVER_TIME_PER_OUTPUT_TOKEN = SpanHistogram(
     description="Time per output token generated after the first token for successful responses.",
     boundaries=sc.GEN_AI_SERVER_TIME_PER_OUTPUT_TOKEN_BOUNDARIES,
     attributes=ATTRIBUTES,
+    requires=sc.GEN_AI_OPERATION_NAME,
     select=genai_span(SpanKind.SERVER, sc.OTELBPF_GEN_AI_RESPONSE_TIME_PER_OUTPUT_CHUNK),
     value=time_per_output_token,
 )

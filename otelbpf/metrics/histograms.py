@@ -147,19 +147,20 @@ class SpanMetrics:
             raise ValueError(f"series_ttl_s must be positive or None, got {series_ttl_s!r}")
         #: Every distinct instrument, indexed (an instrument may serve several protocols).
         self._instruments: list[SpanHistogram] = []
-        #: protocol -> ((index, select, value, attribute keys, boundaries), ...): what record() iterates.
-        self._by_protocol: dict[str, tuple[tuple[int, Any, Any, tuple[str, ...], tuple[float, ...]], ...]] = {}
+        #: protocol -> ((required attribute or "", ((index, select, value, attribute keys,
+        #: boundaries), ...)), ...): what record() iterates, grouped by ``requires``.
+        self._by_protocol: dict[str, tuple[tuple[str, tuple[tuple[int, Any, Any, tuple[str, ...], tuple[float, ...]], ...]], ...]] = {}
         for protocol, definitions in instruments.items():
-            compiled = []
+            groups: dict[str, list] = {}
             for instrument in definitions:
                 if instrument not in self._instruments:
                     self._instruments.append(instrument)
                 index = self._instruments.index(instrument)
-                compiled.append(
+                groups.setdefault(instrument.requires, []).append(
                     (index, instrument.select, instrument.value, tuple(instrument.attributes), tuple(instrument.boundaries))
                 )
-            if compiled:
-                self._by_protocol[protocol] = tuple(compiled)
+            if groups:
+                self._by_protocol[protocol] = tuple((required, tuple(group)) for required, group in groups.items())
         self._lookup = resources.attributes
         self._max_series = max_series
         self._ttl_s = series_ttl_s
@@ -181,16 +182,20 @@ class SpanMetrics:
     def record(self, span: SpanRecord) -> None:
         """Add a finished span to the histograms of its protocol's instruments. Never raises."""
         try:
-            instruments = self._by_protocol.get(span.protocol)
-            if instruments is None:
+            groups = self._by_protocol.get(span.protocol)
+            if groups is None:
                 return
-            get = span.attributes.get
+            attributes = span.attributes
+            get = attributes.get
             measurements = []
-            for index, select, value_of, keys, boundaries in instruments:
-                if select(span):
-                    value = value_of(span)
-                    bucket = _BUCKET_0 + bisect_left(boundaries, value)
-                    measurements.append((index, tuple(map(get, keys)), value, bucket))
+            for required, instruments in groups:
+                if required and required not in attributes:
+                    continue
+                for index, select, value_of, keys, boundaries in instruments:
+                    if select(span):
+                        value = value_of(span)
+                        bucket = _BUCKET_0 + bisect_left(boundaries, value)
+                        measurements.append((index, tuple(map(get, keys)), value, bucket))
             if not measurements:
                 return
             pid = span.pid

@@ -59,3 +59,7 @@ class SpanHistogram:
     value: Callable[[SpanRecord], float] = duration_seconds
     #: (key, value) pairs added to every data point (see the module docstring).
     fixed_attributes: tuple[tuple[str, AttributeValue], ...] = ()
+    #: A span attribute every span it selects carries (or ""): spans without it
+    #: are not offered to ``select`` at all, so that instruments for a kind of
+    #: span few are (LLM calls among HTTP requests) cost the others one lookup.
+    requires: str = ""

@@ -143,16 +143,20 @@ class FragmentCache:
     def fragments(self, attributes: Mapping[str, Any], fragments: list) -> list:
         """Append the rendering of every attribute to ``fragments`` (cached
         where possible); raises for any value the fast path does not take."""
-        strings, ints, miss = self.strings, self.ints, self.miss
-        append = fragments.append
+        strings, ints = self.strings, self.ints
         for key, value in attributes.items():
-            fragment = (strings.get(key) or _NOTHING).get(value)
+            values = strings.get(key)
+            if values is None:
+                values = _NOTHING  # still hashes the value: an unhashable one raises, as it always did
+            fragment = values.get(value)
             if fragment is None:
                 if type(value) is int:
-                    fragment = (ints.get(key) or _NOTHING).get(value)
+                    values = ints.get(key)
+                    if values is not None:
+                        fragment = values.get(value)
                 if fragment is None:
-                    fragment = miss(key, value)
-            append(fragment)
+                    fragment = self.miss(key, value)
+            fragments.append(fragment)
         return fragments
 
     def miss(self, key: Any, value: Any) -> Any:

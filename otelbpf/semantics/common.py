@@ -55,8 +55,17 @@ class CallSemantics(Protocol):
 
 
 def scope_name(protocol: str) -> str:
-    """The instrumentation scope of a protocol's spans: ``otelbpf.<id>``."""
-    return f"otelbpf.{protocol}"
+    """The instrumentation scope of a protocol's spans: ``otelbpf.<id>``
+    (remembered per protocol: asked once per span)."""
+    scope = _SCOPES.get(protocol)
+    if scope is None:
+        scope = f"otelbpf.{protocol}"
+        if len(_SCOPES) < 256:
+            _SCOPES[protocol] = scope
+    return scope
+
+
+_SCOPES: dict[str, str] = {}
 
 
 def url_scheme(conn) -> str:
@@ -128,6 +137,7 @@ def span_record(
     if start.association:
         attrs[sc.OTELBPF_ASSOCIATION] = start.association
     start_ns = exchange.start_ns
+    end_ns = exchange.end_ns
     protocol = exchange.protocol
     return SpanRecord(
         trace_id=start.trace_id,
@@ -136,7 +146,7 @@ def span_record(
         name=name,
         kind=start.kind,
         start_ns=start_ns,
-        end_ns=max(exchange.end_ns, start_ns),
+        end_ns=end_ns if end_ns > start_ns else start_ns,
         pid=start.pid,
         attributes=attrs,
         status_code=status,

@@ -45,7 +45,28 @@ def derive_route(path: str) -> str:
     """A low-cardinality route from a concrete path: IDs become ``{id}``.
 
     ``/v1/users/12345/orders/9f86d081884c7d65`` -> ``/v1/users/{id}/orders/{id}``
+
+    Remembered per path (a server sees the same few paths over and over;
+    deriving one costs a regex per segment): at most ``_ROUTE_CACHE_SIZE``
+    paths, forgotten all at once when full, and none longer than
+    ``_ROUTE_CACHE_MAX_LEN``.
     """
+    route = _ROUTES.get(path)
+    if route is None:
+        route = _derive_route(path)
+        if len(path) <= _ROUTE_CACHE_MAX_LEN:
+            if len(_ROUTES) >= _ROUTE_CACHE_SIZE:
+                _ROUTES.clear()
+            _ROUTES[path] = route
+    return route
+
+
+_ROUTES: dict[str, str] = {}
+_ROUTE_CACHE_SIZE = 4096
+_ROUTE_CACHE_MAX_LEN = 256
+
+
+def _derive_route(path: str) -> str:
     if not path.startswith("/"):
         return path
     parts = path.split("/")
@@ -61,6 +82,20 @@ def split_target(target: str) -> tuple[str, str]:
     path, _, query = target.partition("?")
     path = path.partition("#")[0]
     return path or "/", query
+
+
+def _host_and_user_agent(headers: list[tuple[str, str]]) -> tuple[str, str | None]:
+    """The first ``host`` (or "") and ``user-agent`` values, in one pass over the
+    headers (what ``request.header`` gives for each, for half the walking)."""
+    host = user_agent = None
+    for name, value in headers:
+        if name == "host":
+            if host is None:
+                host = value
+        elif name == "user-agent":
+            if user_agent is None:
+                user_agent = value
+    return host or "", user_agent
 
 
 def split_host(host: str, default_port: int) -> tuple[str, int]:
@@ -100,13 +135,13 @@ class Http1Semantics:
         attrs[sc.NETWORK_PROTOCOL_NAME] = "http"
         network_transport(conn, attrs)
         attrs[sc.NETWORK_PROTOCOL_VERSION] = request.version
-        host_header = request.header("host") or ""
+        host_header, user_agent = _host_and_user_agent(request.headers)
         if server:
             name = self._server_attributes(method, path, query, host_header, conn, options, attrs)
         else:
             name = self._client_attributes(method, path, query, host_header, conn, options, attrs)
         peer_attributes(conn, attrs)
-        http_request_extras(request.header("user-agent"), request.body_size, attrs)
+        http_request_extras(user_agent, request.body_size, attrs)
 
         status = StatusCode.UNSET
         if response is not None:

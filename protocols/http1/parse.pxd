@@ -1,7 +1,12 @@
 # C types for parse.py when Cython compiles it (setup.py). The logic lives only in
 # parse.py; this file makes HttpParser an extension type whose state is C fields
-# (attribute reads and writes without dictionary lookups on every byte chunk).
+# (attribute reads and writes without dictionary lookups on every byte chunk),
+# its states and framings C ints, and its private steps C methods (called
+# directly, not looked up and called as Python methods).
 cimport cython as cy
+
+cdef int _HEAD, _FIXED_BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _TRAILERS, _UNTIL_CLOSE, _RESYNC, _OPAQUE
+cdef int _NO_FRAMING, _LENGTH, _CHUNKED, _OTHER_CODING, _INVALID
 
 
 @cy.final
@@ -15,7 +20,7 @@ cdef class HttpParser:
     cdef object _looks_like_start
     cdef object _looks_like_restart
     cdef object _start_line_prefix
-    cdef object _state
+    cdef int _state
     cdef bytearray _buffer
     cdef object _message
     cdef long long _head_start_ns
@@ -25,3 +30,39 @@ cdef class HttpParser:
     cdef Py_ssize_t _captured
     cdef list _informational
     cdef object _expected_methods
+
+    cpdef list feed(self, data, long long ts_ns, long long missing=*)
+    cpdef list close(self)
+    cpdef expect_response_to(self, method)
+    cdef void _consume(self, data, long long ts_ns, list events) except *
+    cdef Py_ssize_t _consume_head(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    cdef Py_ssize_t _consume_fixed_body(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    cdef Py_ssize_t _consume_chunk_size(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    cdef Py_ssize_t _consume_chunk_data(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    cdef Py_ssize_t _consume_chunk_data_end(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    cdef Py_ssize_t _consume_trailers(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    cdef Py_ssize_t _consume_until_close(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    cdef tuple _take_section(self, data, Py_ssize_t pos, bytes terminator, Py_ssize_t limit, list events)
+    cdef void _take_body(self, data, Py_ssize_t pos, Py_ssize_t count, long long ts_ns, list events) except *
+    cdef void _on_head(self, head, long long ts_ns, list events) except *
+    @cy.locals(fields=list, line=str, name=str, colon=str, value=str)
+    cdef list _parse_fields(self, list lines)
+    cdef void _frame_request(self, request, list events) except *
+    cdef void _frame_response(self, response, list events) except *
+    cdef void _begin_body(self, message, int framing, long long length, list events) except *
+    cdef void _finish(self, long long end_ns, list events) except *
+    cdef bint _cut_short_by(self, data) except -1
+    cdef void _drop_message_in_progress(self, list events) except *
+    cdef void _abandon_message(self, list events, bint body_lost=*) except *
+    cdef void _lose_sync(self, list events) except *
+    cdef void _skip_missing(self, long long missing, long long ts_ns, list events) except *
+    cdef void _skip_body(self, long long count, long long ts_ns) except *
+
+
+cdef Py_ssize_t _skip_blank_lines(data, Py_ssize_t pos) except -1
+@cy.locals(parts=list, method=str, target=str, version=str)
+cdef object _new_request(str start_line)
+@cy.locals(size=Py_ssize_t)
+cdef object _new_response(str start_line)
+cdef tuple _body_framing(list headers)
+cdef bint _is_version(str text) except -1

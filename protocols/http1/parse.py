@@ -33,7 +33,6 @@ discard bytes until a chunk *begins* with a plausible message start.
 
 from __future__ import annotations
 
-import enum
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -154,24 +153,25 @@ class MessageComplete:
 ParserEvent = HeadComplete | BodyData | MessageComplete
 
 
-class _State(enum.IntEnum):
-    HEAD = 0  # between messages, or inside a head (bytes kept in the buffer)
-    FIXED_BODY = 1  # Content-Length body; _remaining bytes to go
-    CHUNK_SIZE = 2  # reading a chunk-size line
-    CHUNK_DATA = 3  # _remaining bytes of chunk data to go
-    CHUNK_DATA_END = 4  # the CRLF after chunk data; _remaining of its 2 bytes to go
-    TRAILERS = 5  # trailer section after the last chunk
-    UNTIL_CLOSE = 6  # response body delimited by connection close
-    RESYNC = 7  # framing lost: discard until a chunk begins with a message start
-    OPAQUE = 8  # after 101 Switching Protocols or a CONNECT tunnel: not HTTP/1 any more
+# Parser states: plain ints, declared C ints in parse.pxd, so that the compiled
+# parser tests and dispatches on a C int; the pure module runs the same code.
+_HEAD = 0  # between messages, or inside a head (bytes kept in the buffer)
+_FIXED_BODY = 1  # Content-Length body; _remaining bytes to go
+_CHUNK_SIZE = 2  # reading a chunk-size line
+_CHUNK_DATA = 3  # _remaining bytes of chunk data to go
+_CHUNK_DATA_END = 4  # the CRLF after chunk data; _remaining of its 2 bytes to go
+_TRAILERS = 5  # trailer section after the last chunk
+_UNTIL_CLOSE = 6  # response body delimited by connection close
+_RESYNC = 7  # framing lost: discard until a chunk begins with a message start
+_OPAQUE = 8  # after 101 Switching Protocols or a CONNECT tunnel: not HTTP/1 any more
 
 
-class _Framing(enum.Enum):
-    NONE = enum.auto()  # neither Content-Length nor Transfer-Encoding
-    LENGTH = enum.auto()
-    CHUNKED = enum.auto()
-    OTHER_CODING = enum.auto()  # Transfer-Encoding whose last coding is not chunked
-    INVALID = enum.auto()  # unparsable or conflicting Content-Length
+# How a body is delimited (ints, C ints when compiled, like the states).
+_NO_FRAMING = 0  # neither Content-Length nor Transfer-Encoding
+_LENGTH = 1
+_CHUNKED = 2
+_OTHER_CODING = 3  # Transfer-Encoding whose last coding is not chunked
+_INVALID = 4  # unparsable or conflicting Content-Length
 
 
 class HttpParser:
@@ -212,7 +212,7 @@ class HttpParser:
             _looks_like_standard_request_start if self._is_request else looks_like_response_start
         )
         self._start_line_prefix = _REQUEST_LINE_PREFIX if self._is_request else _STATUS_LINE_PREFIX
-        self._state = _State.HEAD
+        self._state = _HEAD
         self._buffer = bytearray()  # partial head, chunk-size line or trailers
         self._message: HttpMessage | None = None  # set while its body is being read
         self._head_start_ns = 0
@@ -226,7 +226,7 @@ class HttpParser:
     @property
     def opaque(self) -> bool:
         """The stream stopped being HTTP/1 (101 Switching Protocols, CONNECT tunnel)."""
-        return self._state is _State.OPAQUE
+        return self._state == _OPAQUE
 
     @property
     def buffered_bytes(self) -> int:
@@ -265,13 +265,13 @@ class HttpParser:
         rarely lines up with a start line.
         """
         events: list[ParserEvent] = []
-        if self._state is _State.OPAQUE:
+        if self._state == _OPAQUE:
             return events
         if data:
-            if self._state is _State.RESYNC:
+            if self._state == _RESYNC:
                 if not self._looks_like_start(data):
                     return events
-                self._state = _State.HEAD
+                self._state = _HEAD
             elif self._cut_short_by(data):
                 self._drop_message_in_progress(events)
             self._consume(data, ts_ns, events)
@@ -287,11 +287,11 @@ class HttpParser:
         is dropped and counted as a parse error.
         """
         events: list[ParserEvent] = []
-        if self._state is _State.UNTIL_CLOSE:
+        if self._state == _UNTIL_CLOSE:
             self._finish(self._last_byte_ns, events)
         elif self._message is not None:
             self._abandon_message(events, body_lost=False)
-        elif self._state is _State.HEAD and self._buffer:
+        elif self._state == _HEAD and self._buffer:
             self.parse_errors += 1
             self._buffer.clear()
         return events
@@ -301,10 +301,23 @@ class HttpParser:
     def _consume(self, data: bytes, ts_ns: int, events: list[ParserEvent]) -> None:
         pos, end = 0, len(data)
         while pos < end:
-            consumer = _CONSUMERS.get(self._state)
-            if consumer is None:  # RESYNC or OPAQUE: the rest of this chunk is ignored
+            state = self._state
+            if state == _HEAD:
+                pos = self._consume_head(data, pos, ts_ns, events)
+            elif state == _FIXED_BODY:
+                pos = self._consume_fixed_body(data, pos, ts_ns, events)
+            elif state == _CHUNK_SIZE:
+                pos = self._consume_chunk_size(data, pos, ts_ns, events)
+            elif state == _CHUNK_DATA:
+                pos = self._consume_chunk_data(data, pos, ts_ns, events)
+            elif state == _CHUNK_DATA_END:
+                pos = self._consume_chunk_data_end(data, pos, ts_ns, events)
+            elif state == _TRAILERS:
+                pos = self._consume_trailers(data, pos, ts_ns, events)
+            elif state == _UNTIL_CLOSE:
+                pos = self._consume_until_close(data, pos, ts_ns, events)
+            else:  # RESYNC or OPAQUE: the rest of this chunk is ignored
                 return
-            pos = consumer(self, data, pos, ts_ns, events)
             if self._message is not None:  # what was just consumed belongs to it
                 self._last_byte_ns = ts_ns
 
@@ -337,10 +350,10 @@ class HttpParser:
             # Seed the buffer with the last-chunk line's CRLF so that the
             # trailer section, empty or not, ends at the first CRLFCRLF.
             self._buffer += b"\r\n"
-            self._state = _State.TRAILERS
+            self._state = _TRAILERS
         else:
             self._remaining = size
-            self._state = _State.CHUNK_DATA
+            self._state = _CHUNK_DATA
         return pos
 
     def _consume_chunk_data(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
@@ -348,7 +361,7 @@ class HttpParser:
         self._take_body(data, pos, count, ts_ns, events)
         if self._remaining == 0:
             self._remaining = 2
-            self._state = _State.CHUNK_DATA_END
+            self._state = _CHUNK_DATA_END
         return pos + count
 
     def _consume_chunk_data_end(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
@@ -359,7 +372,7 @@ class HttpParser:
             return pos
         self._remaining -= len(seen)
         if self._remaining == 0:
-            self._state = _State.CHUNK_SIZE
+            self._state = _CHUNK_SIZE
         return pos + len(seen)
 
     def _consume_trailers(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
@@ -459,7 +472,7 @@ class HttpParser:
 
     def _frame_request(self, request: HttpRequest, events: list[ParserEvent]) -> None:
         framing, length = _body_framing(request.headers)
-        if framing is _Framing.INVALID or framing is _Framing.OTHER_CODING:
+        if framing == _INVALID or framing == _OTHER_CODING:
             self._lose_sync(events)  # a server answers 400 and closes: nothing to frame by
             return
         self._begin_body(request, framing, length, events)
@@ -472,18 +485,18 @@ class HttpParser:
             return
         method = self._expected_methods[0] if self._expected_methods else None
         if status == 101 or (method == "CONNECT" and 200 <= status < 300):
-            self._begin_body(response, _Framing.LENGTH, 0, events)
-            self._state = _State.OPAQUE
+            self._begin_body(response, _LENGTH, 0, events)
+            self._state = _OPAQUE
         elif method == "HEAD" or status == 204 or status == 304:
-            self._begin_body(response, _Framing.LENGTH, 0, events)
+            self._begin_body(response, _LENGTH, 0, events)
         else:
             framing, length = _body_framing(response.headers)
-            if framing is _Framing.INVALID:
+            if framing == _INVALID:
                 self._lose_sync(events)
                 return
             self._begin_body(response, framing, length, events)
 
-    def _begin_body(self, message: HttpMessage, framing: _Framing, length: int, events: list[ParserEvent]) -> None:
+    def _begin_body(self, message: HttpMessage, framing: int, length: int, events: list[ParserEvent]) -> None:
         """Report the head, then set up for the body (or finish if it has none)."""
         if isinstance(message, HttpResponse):
             if self._expected_methods:
@@ -492,15 +505,15 @@ class HttpParser:
             self._informational = []
         self._message = message
         events.append(HeadComplete(message))
-        if framing is _Framing.CHUNKED:
-            self._state = _State.CHUNK_SIZE
-        elif framing is _Framing.LENGTH and length > 0:
+        if framing == _CHUNKED:
+            self._state = _CHUNK_SIZE
+        elif framing == _LENGTH and length > 0:
             self._remaining = length
-            self._state = _State.FIXED_BODY
-        elif self._is_request or framing is _Framing.LENGTH:
+            self._state = _FIXED_BODY
+        elif self._is_request or framing == _LENGTH:
             self._finish(message.head_end_ns, events)
         else:
-            self._state = _State.UNTIL_CLOSE
+            self._state = _UNTIL_CLOSE
 
     # -- ends of messages -------------------------------------------------
 
@@ -513,7 +526,7 @@ class HttpParser:
             self._body_parts = []
         self._captured = 0
         self._message = None
-        self._state = _State.HEAD
+        self._state = _HEAD
         events.append(MessageComplete(message))
 
     def _cut_short_by(self, data: bytes) -> bool:
@@ -544,29 +557,29 @@ class HttpParser:
     def _lose_sync(self, events: list[ParserEvent]) -> None:
         self.parse_errors += 1
         if self._message is not None:
-            self._abandon_message(events, body_lost=self._state is not _State.TRAILERS)
+            self._abandon_message(events, body_lost=self._state != _TRAILERS)
         self._buffer.clear()
         self._informational = []
-        self._state = _State.RESYNC
+        self._state = _RESYNC
 
     def _skip_missing(self, missing: int, ts_ns: int, events: list[ParserEvent]) -> None:
         """Account for ``missing`` uncaptured bytes that followed the last chunk."""
         state = self._state
-        if state is _State.RESYNC or state is _State.OPAQUE:
+        if state == _RESYNC or state == _OPAQUE:
             return
-        if state is _State.UNTIL_CLOSE:
+        if state == _UNTIL_CLOSE:
             self._skip_body(missing, ts_ns)
             return
-        if state is _State.FIXED_BODY or state is _State.CHUNK_DATA:
+        if state == _FIXED_BODY or state == _CHUNK_DATA:
             skipped = min(missing, self._remaining)
             self._skip_body(skipped, ts_ns)
             missing -= skipped
             if self._remaining == 0:
-                if state is _State.FIXED_BODY:
+                if state == _FIXED_BODY:
                     self._finish(ts_ns, events)
                 else:
                     self._remaining = 2
-                    self._state = _State.CHUNK_DATA_END
+                    self._state = _CHUNK_DATA_END
         if missing > 0:  # the gap covers framing or a head: where the stream resumes is unknown
             self._lose_sync(events)
 
@@ -579,18 +592,6 @@ class HttpParser:
         self._last_byte_ns = ts_ns
 
 
-_Consumer = Callable[[HttpParser, bytes, int, int, list[ParserEvent]], int]
-_CONSUMERS: dict[_State, _Consumer] = {
-    _State.HEAD: HttpParser._consume_head,
-    _State.FIXED_BODY: HttpParser._consume_fixed_body,
-    _State.CHUNK_SIZE: HttpParser._consume_chunk_size,
-    _State.CHUNK_DATA: HttpParser._consume_chunk_data,
-    _State.CHUNK_DATA_END: HttpParser._consume_chunk_data_end,
-    _State.TRAILERS: HttpParser._consume_trailers,
-    _State.UNTIL_CLOSE: HttpParser._consume_until_close,
-}
-
-
 def _skip_blank_lines(data: bytes, pos: int) -> int:
     """Skip CR/LF bytes between messages (RFC 9112 §2.2 allows stray CRLFs)."""
     end = len(data)
@@ -600,6 +601,12 @@ def _skip_blank_lines(data: bytes, pos: int) -> int:
 
 
 def _new_request(start_line: str) -> HttpRequest | None:
+    parts = start_line.split(" ")
+    if len(parts) == 3:  # the common shape, checked without the regex
+        method, target, version = parts
+        if method in STANDARD_METHODS and _is_version(version) and target and target.isprintable():
+            # isprintable: no control character, DEL or space, as _TARGET_CHAR requires
+            return HttpRequest(version=version[5:], method=method, target=target)
     match = _REQUEST_LINE.fullmatch(start_line)
     if match is None:
         return None
@@ -608,6 +615,17 @@ def _new_request(start_line: str) -> HttpRequest | None:
 
 
 def _new_response(start_line: str) -> HttpResponse | None:
+    size = len(start_line)
+    if (
+        size >= 12
+        and _is_version(start_line[:8])
+        and start_line[8] == " "
+        and start_line[9] in _NONZERO_DIGITS
+        and start_line[10] in _DIGITS
+        and start_line[11] in _DIGITS
+        and (size == 12 or (start_line[12] == " " and "\n" not in start_line))
+    ):  # the common shape, checked without the regex
+        return HttpResponse(version=start_line[5:8], status=int(start_line[9:12]), reason=start_line[13:].strip())
     match = _STATUS_LINE.fullmatch(start_line)
     if match is None:
         return None
@@ -615,7 +633,16 @@ def _new_response(start_line: str) -> HttpResponse | None:
     return HttpResponse(version=version, status=int(status), reason=(reason or "").strip())
 
 
-def _body_framing(headers: list[tuple[str, str]]) -> tuple[_Framing, int]:
+_DIGITS = "0123456789"
+_NONZERO_DIGITS = "123456789"
+
+
+def _is_version(text: str) -> bool:
+    """``HTTP/1.x`` (x one digit), as the start-line regexes accept it (latin-1 has no other digits)."""
+    return len(text) == 8 and text.startswith("HTTP/1.") and text[7] in _DIGITS
+
+
+def _body_framing(headers: list[tuple[str, str]]) -> tuple[int, int]:
     """How the body is delimited, per RFC 9112 §6.3 (Transfer-Encoding wins)."""
     content_length: str | None = None
     transfer_coding: str | None = None
@@ -626,14 +653,14 @@ def _body_framing(headers: list[tuple[str, str]]) -> tuple[_Framing, int]:
             transfer_coding = value if transfer_coding is None else f"{transfer_coding},{value}"
     if transfer_coding is not None:
         if transfer_coding.rpartition(",")[2].strip().lower() == "chunked":
-            return _Framing.CHUNKED, 0
-        return _Framing.OTHER_CODING, 0
+            return _CHUNKED, 0
+        return _OTHER_CODING, 0
     if content_length is None:
-        return _Framing.NONE, 0
+        return _NO_FRAMING, 0
     length = _content_length(content_length)
     if length is None:
-        return _Framing.INVALID, 0
-    return _Framing.LENGTH, length
+        return _INVALID, 0
+    return _LENGTH, length
 
 
 def _content_length(value: str) -> int | None:

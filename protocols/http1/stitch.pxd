@@ -1,5 +1,6 @@
 # C types for stitch.py when Cython compiles it (setup.py). The logic lives only in
-# stitch.py; this file makes Http1Session an extension type with C fields.
+# stitch.py; this file makes Http1Session an extension type with C fields, and its
+# private steps C methods (called directly, not as Python methods).
 cimport cython as cy
 from protocols.http1.parse cimport HttpParser
 
@@ -18,3 +19,8 @@ cdef class Http1Session:
     cdef object _requesting
     cdef Py_ssize_t _stitch_errors
     cdef bint _tunnelled
+
+    cdef void _on_request_events(self, list events, long long ts_ns, list out) except *
+    cdef void _start_exchange(self, request, long long ts_ns, list out) except *
+    cdef void _on_response_events(self, list events, list out, closed_ns=*) except *
+    cdef void _answer_oldest(self, response) except *

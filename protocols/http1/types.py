@@ -88,9 +88,12 @@ class HttpExchange:
     def end_ns(self) -> int:
         """Last byte of the response; for an abandoned exchange, when it was
         given up (the wait for an answer is part of its duration)."""
-        end = max(self.request.end_ns, self.abandoned_ns)
-        if self.response is not None:
-            end = max(end, self.response.end_ns)
+        end = self.request.end_ns
+        if self.abandoned_ns > end:
+            end = self.abandoned_ns
+        response = self.response
+        if response is not None and response.end_ns > end:
+            end = response.end_ns
         return end
 
     def carrier(self) -> list[tuple[str, str]]:

@@ -1,0 +1,34 @@
+# C types for pipeline.py when Cython compiles it (setup.py). The logic lives only in
+# pipeline.py; this file makes Pipeline an extension type whose per-exchange steps are
+# C methods (called directly from _on_session_events, not looked up as Python methods).
+# Attributes not declared here still work (the instance keeps a __dict__ for them),
+# only slower: declare the ones the hot path reads.
+cimport cython as cy
+
+
+cdef class Pipeline:
+    cdef dict __dict__
+    cdef public object consumer
+    cdef public object resources
+    cdef public object counters
+    cdef public object options
+    cdef public object registry
+    cdef public object on_new_process
+    cdef public object on_process_exit
+    cdef public object linker
+    cdef public object table
+    cdef public dict progress_observers
+    cdef dict _progress_wanted
+    cdef dict _open
+    cdef Py_ssize_t _spans_built
+    cdef Py_ssize_t _truncated
+    cdef public long long last_ts_ns
+    cdef dict _handlers
+
+    cdef void _start(self, conn, event, exchange) except *
+    cdef void _progress(self, conn, item) except *
+    cdef void _end(self, conn, event, exchange) except *
+    cdef object _build(self, start, exchange, conn)
+    cdef void _release(self, groups) except *
+    cdef void _emit(self, list spans) except *
+    cdef void _count_spans(self) except *
