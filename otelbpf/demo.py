@@ -9,7 +9,10 @@ error), then asks the OpenAI-compatible mock model server
 plain chat completions and embeddings with curl, then asks the example GPU
 inference server (examples/gpu_inference_server.py, calling the stand-in CUDA
 runtime and driver of examples/cuda_standin through ctypes) for two inferences
-and a cached allocation, then prints its GPU memory reserved (and with ``--dds``, the
+and a cached allocation, sends three concurrent requests to the example
+batching server (examples/gpu_batching_server.py: its engine thread serves
+them in one step, a ``gpu step`` span linked to each request), then prints
+its GPU memory reserved (and with ``--dds``, the
 examples/dds_pipeline.py camera -> detector -> planner chain over Cyclone DDS,
 traced with UDP capture), then prints the trace trees
 (LLM calls with their time to first chunk and token counts) and writes the
@@ -18,6 +21,7 @@ OTLP JSON file. The same code path as `otelbpf run`.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -86,6 +90,18 @@ def drive_gpu(port: int) -> list[str]:
         )
         statuses.append(result.stdout)
     return statuses
+
+
+def drive_batching(port: int, count: int = 3) -> list[str]:
+    """``count`` concurrent requests to the batching example (curl, traced): its engine
+    thread serves them in one step, a ``gpu step`` span linked to each request."""
+    clients = [
+        subprocess.Popen(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                          f"http://127.0.0.1:{port}/generate/demo-{i}?launches={i + 2}"],
+                         stdout=subprocess.PIPE, text=True)  # fmt: skip
+        for i in range(count)
+    ]
+    return [client.communicate(timeout=30)[0] for client in clients]
 
 
 def drive_llm(port: int) -> list[str]:
@@ -172,8 +188,13 @@ def run_demo(args) -> int:
     )
     grpc_server, grpc_port = start_service([str(EXAMPLES / "grpc_service.py"), "serve", "--port", "0"])
     gpu_server, gpu_port = None, 0
+    batching, batching_port = None, 0
     if gpu_example_available():
         gpu_server, gpu_port = start_service([str(EXAMPLES / "gpu_inference_server.py"), "--port", "0"])
+        if importlib.util.find_spec("fastapi") and importlib.util.find_spec("uvicorn"):
+            batching, batching_port = start_service(
+                [str(EXAMPLES / "gpu_batching_server.py"), "--port", "0", "--batch-size", "3", "--batch-wait-ms", "2000"]
+            )
     else:
         print("demo: no stand-in CUDA libraries (examples/cuda_standin/build, made by scripts/install.sh): GPU part skipped")
     llm_server, llm_port = start_service(
@@ -191,7 +212,7 @@ def run_demo(args) -> int:
     consumer, _metrics = build_consumer(args, resources, counters)
     dds = start_dds_pipeline() if getattr(args, "dds", False) else None
     pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid, llm_server.pid]
-    pids += [gpu_server.pid] if gpu_server is not None else [] + ([dds.pid] if dds is not None else [])
+    pids += [proc.pid for proc in (gpu_server, batching, dds) if proc is not None]
     source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"], capture_udp=dds is not None))
     pipeline = live_pipeline(source, consumer, resources, counters)
     agent = Agent(source, pipeline, consumer, counters)
@@ -212,6 +233,9 @@ def run_demo(args) -> int:
             print(f"demo: LLM calls (streamed chat, chat, embeddings) statuses {' '.join(drive_llm(llm_port))}")
             if gpu_server is not None:
                 print(f"demo: GPU inferences (stand-in CUDA libraries) statuses {' '.join(drive_gpu(gpu_port))}")
+            if batching is not None:
+                print(f"demo: 3 concurrent requests to the batching engine (one 'gpu step' span, linked to each) "
+                      f"statuses {' '.join(drive_batching(batching_port))}")  # fmt: skip
             if dds is not None:
                 drive_dds(dds)
                 print("demo: camera -> detector -> planner sent 3 frames over DDS (rt/camera/image, rt/detector/objects)")
@@ -224,7 +248,7 @@ def run_demo(args) -> int:
         source.close()
         if grpc_client.poll() is None:
             grpc_client.kill()
-        for proc in (gateway, backend, grpc_server, llm_server, gpu_server, dds):
+        for proc in (gateway, backend, grpc_server, llm_server, gpu_server, batching, dds):
             if proc is not None and proc.poll() is None:
                 proc.terminate()
                 proc.wait(timeout=5)

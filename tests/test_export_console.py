@@ -7,7 +7,7 @@ import time
 from typing import Any, Mapping
 
 from otelbpf.export import ConsoleSink, SpanBatch
-from otelbpf.model import ResourceLookup, SpanKind, SpanRecord, StatusCode
+from otelbpf.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
 
 
 class StaticResources(ResourceLookup):
@@ -165,3 +165,6 @@ def test_gpu_calls_show_launches_copies_and_sizes() -> None:
     assert describe_span(copy, "gpu").endswith("host_to_device 1048576 B pageable")
     alloc = span(3, 1, 0.1, 0.04, name="cudaMalloc", kind=SpanKind.INTERNAL, attributes={"otelbpf.gpu.memory.bytes": 4096})
     assert describe_span(alloc, "gpu").endswith("4096 B")
+    step = span(4, None, 0.2, 1.5, name="gpu step", kind=SpanKind.INTERNAL, attributes={"otelbpf.gpu.kernel_launches": 9})
+    step.links = [SpanLink(bytes(16), bytes([i + 1]) * 8) for i in range(3)]
+    assert describe_span(step, "engine").endswith("gpu step  1.5 ms  launches=9  links=3")

@@ -212,6 +212,8 @@ def describe_span(span: SpanRecord, service: str, symbols: _Symbols = _UNICODE) 
         parts.append(f"path={path}")
     parts.extend(_llm_parts(span, symbols))
     parts.extend(_gpu_parts(span))
+    if span.links:  # a GPU engine step's requests, a DDS sample's producer
+        parts.append(f"links={len(span.links)}")
     if span.status_code == StatusCode.ERROR:
         parts.append(f"{symbols.error} ERROR" + (f" {span.status_message}" if span.status_message else ""))
     return "  ".join(str(part) for part in parts)
