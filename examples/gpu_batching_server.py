@@ -37,29 +37,16 @@ import time
 import uvicorn
 from fastapi import FastAPI
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_LIB_DIR = os.path.join(HERE, "cuda_standin", "build")
-MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST = 1, 2
+from cuda_api import DEFAULT_LIB_DIR, MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE, Dim3, check, load_driver, load_runtime
 BYTES_PER_REQUEST = 256
-
-
-class Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
 
 
 class Cuda:
     """The runtime and the driver, loaded once per process."""
 
     def __init__(self, lib_dir: str) -> None:
-        rt = self.rt = ctypes.CDLL(os.path.join(lib_dir, "libcudart.so.12"))
-        drv = self.drv = ctypes.CDLL(os.path.join(lib_dir, "libcuda.so.1"))
-        rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
-        rt.cudaFree.argtypes = [ctypes.c_void_p]
-        rt.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        rt.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-        rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        rt.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
-        drv.cuLaunchKernel.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        self.rt = load_runtime(lib_dir)
+        self.drv = load_driver(lib_dir)
         self.device = ctypes.c_void_p()
 
     def reserve(self) -> "Cuda":
@@ -76,11 +63,6 @@ class Cuda:
             check(self.drv.cuLaunchKernel(ctypes.c_void_p(0x4000), 1, 1, 1, 128, 1, 1, 0, None, None, None), "cuLaunchKernel")
         check(self.rt.cudaMemcpyAsync(host, self.device, size, MEMCPY_DEVICE_TO_HOST, None), "cudaMemcpyAsync")
         check(self.rt.cudaStreamSynchronize(None), "cudaStreamSynchronize")
-
-
-def check(rc: int, what: str) -> None:
-    if rc != 0:
-        raise RuntimeError(f"{what} failed: {rc}")
 
 
 def collect(take, first, size: int, wait_s: float) -> list:

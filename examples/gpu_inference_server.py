@@ -29,28 +29,15 @@ Prints "listening on PORT" once ready.
 import argparse
 import ctypes
 import json
-import os
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_LIB_DIR = os.path.join(HERE, "cuda_standin", "build")
+from cuda_api import (
+    DEFAULT_LIB_DIR, MEMCPY_DEVICE_TO_HOST, MEMCPY_HOST_TO_DEVICE, NCCL_FLOAT32, NCCL_SUM, Dim3, LaunchConfig, UniqueId,
+    check, load_driver, load_nccl, load_runtime,
+)  # fmt: skip
 
-MEMCPY_HOST_TO_DEVICE, MEMCPY_DEVICE_TO_HOST = 1, 2
-NCCL_FLOAT32, NCCL_SUM = 7, 0
-
-
-class Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
-class LaunchConfig(ctypes.Structure):
-    _fields_ = [("dims", ctypes.c_uint * 7), ("stream", ctypes.c_void_p), ("attrs", ctypes.c_void_p), ("num_attrs", ctypes.c_uint)]
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
 
 
 class Gpu:
@@ -67,27 +54,10 @@ class Gpu:
             return cls._loaded
 
     def __init__(self, lib_dir: str) -> None:
-        self.cudart = ctypes.CDLL(os.path.join(lib_dir, "libcudart.so.12"))
-        self.cuda = ctypes.CDLL(os.path.join(lib_dir, "libcuda.so.1"))
-        self.nccl = ctypes.CDLL(os.path.join(lib_dir, "libnccl.so.2"))
+        self.cudart = load_runtime(lib_dir)
+        self.cuda = load_driver(lib_dir)
+        self.nccl = load_nccl(lib_dir)
         self.kept: list[int] = []  # device allocations kept across requests (/keep, /release)
-        rt = self.cudart
-        rt.cudaMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
-        rt.cudaFree.argtypes = [ctypes.c_void_p]
-        rt.cudaMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-        rt.cudaMemcpyAsync.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-        rt.cudaLaunchKernel.argtypes = [ctypes.c_void_p, Dim3, Dim3, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
-        rt.cudaStreamSynchronize.argtypes = [ctypes.c_void_p]
-        rt.cudaHostAlloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_uint]
-        rt.cudaFreeHost.argtypes = [ctypes.c_void_p]
-        self.cuda.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        self.cuda.cuGraphLaunch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        self.cuda.cuStreamSynchronize.argtypes = [ctypes.c_void_p]
-        self.nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, UniqueId, ctypes.c_int]
-        self.nccl.ncclAllReduce.argtypes = [
-            ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p,
-        ]
-        self.nccl.ncclCommDestroy.argtypes = [ctypes.c_void_p]
 
     def infer(self, launches: int, size: int) -> dict:
         rt = self.cudart
@@ -158,11 +128,6 @@ class Gpu:
         check(self.nccl.ncclAllReduce(buffer, buffer, count, NCCL_FLOAT32, NCCL_SUM, comm, None), "ncclAllReduce")
         check(self.nccl.ncclCommDestroy(comm), "ncclCommDestroy")
         return {"count": count, "rank": rank, "nranks": nranks, "comm": comm.value}
-
-
-def check(rc: int, what: str) -> None:
-    if rc != 0:
-        raise RuntimeError(f"{what} failed: {rc}")
 
 
 class InferenceHandler(BaseHTTPRequestHandler):

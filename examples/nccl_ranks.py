@@ -17,12 +17,7 @@ import os
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-NCCL_FLOAT32, NCCL_SUM = 7, 0
-
-
-class UniqueId(ctypes.Structure):
-    _fields_ = [("internal", ctypes.c_char * 128)]
+from cuda_api import DEFAULT_LIB_DIR, NCCL_FLOAT32, NCCL_SUM, UniqueId, load_nccl
 
 
 def main() -> None:
@@ -34,17 +29,13 @@ def main() -> None:
     parser.add_argument("--count", type=int, default=1 << 20, help="float32 elements per all-reduce")
     parser.add_argument("--slow-rank", type=int, default=-1)
     parser.add_argument("--delay-ms", type=float, default=20.0)
-    parser.add_argument("--lib-dir", default=os.path.join(HERE, "cuda_standin", "build"))
+    parser.add_argument("--lib-dir", default=DEFAULT_LIB_DIR)
     parser.add_argument("--id-by-reference", action="store_true", help="the arm64 way (the build/byref stand-in)")
     args = parser.parse_args()
     if args.id_by_reference:
         args.lib_dir = os.path.join(args.lib_dir, "byref")
     os.environ.setdefault("NCCL_STANDIN_BARRIER", "1")
-    nccl = ctypes.CDLL(os.path.join(args.lib_dir, "libnccl.so.2"))
-    id_type = ctypes.POINTER(UniqueId) if args.id_by_reference else UniqueId
-    nccl.ncclCommInitRank.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, id_type, ctypes.c_int]
-    nccl.ncclAllReduce.argtypes = [ctypes.c_void_p] * 2 + [ctypes.c_size_t, ctypes.c_int, ctypes.c_int] + [ctypes.c_void_p] * 2
-    nccl.ncclCommDestroy.argtypes = [ctypes.c_void_p]
+    nccl = load_nccl(args.lib_dir, args.id_by_reference)
     print("ready", flush=True)
     sys.stdin.readline()
     unique = UniqueId()
