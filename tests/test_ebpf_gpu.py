@@ -227,30 +227,27 @@ def test_the_real_cuda_runtime_without_a_gpu_still_fires_the_probes(agent, tmp_p
     assert sync.attributes["otelbpf.gpu.stream"] == 0x42
 
 
-def test_the_rank_that_enters_collectives_late_is_named_marked_and_measured(agent, tmp_path):
-    """Two communicators on stand-in NCCL ranks (separate processes whose collectives wait for each
-    other): in the first, rank 2 enters every all-reduce 15 ms late; in the second no rank is late.
-    The late rank is named in the log, its collective spans are marked last to enter (the others'
-    are not), and the lateness histogram shows it."""
-    slow_id, fair_id = os.urandom(8).hex(), os.urandom(8).hex()
-    ranks = []
+
+def run_ranks(agent, communicators, agent_args, *, by_reference=False, env=None, extra=()):
+    """Start NCCL ranks (examples/nccl_ranks.py, one process each) for ``communicators``
+    [(hex id, nranks)], trace them with ``agent_args``, run their collectives; (ranks, run).
+    ``extra``: nccl_ranks.py options per communicator, by its id."""
+    ranks, lib = [], "build/byref/libnccl.so.2" if by_reference else "build/libnccl.so.2"
     try:
-        for comm_id, nranks, slow in ((slow_id, 4, 2), (fair_id, 3, -1)):
+        for comm_id, nranks in communicators:
             for rank in range(nranks):
                 ranks.append(
                     subprocess.Popen(
                         [subprocess.sys.executable, str(EXAMPLES / "nccl_ranks.py"), "--rank", str(rank), "--nranks",
-                         str(nranks), "--id", comm_id, "--slow-rank", str(slow), "--delay-ms", "15", "--collectives", "30"],
+                         str(nranks), "--id", comm_id, *(["--id-by-reference"] if by_reference else []),
+                         *dict(extra).get(comm_id, ())],
                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                     )  # fmt: skip
                 )
         assert all(p.stdout.readline().strip() == "ready" for p in ranks)
-        run = agent(
-            [arg for p in ranks for arg in ("--pid", str(p.pid))]
-            + ["--json-file", str(tmp_path / "spans.json"), "--metrics-json-file", str(tmp_path / "metrics.json")]
-        )
+        run = agent([arg for p in ranks for arg in ("--pid", str(p.pid))] + agent_args, env=env)
         for p in ranks:
-            assert f"GPU: pid {p.pid}: probing {STANDIN}/build/libnccl.so.2 " in run.output, run.output
+            assert f"GPU: pid {p.pid}: probing {STANDIN}/{lib} " in run.output, run.output
         for p in ranks:
             p.stdin.write("go\n")
             p.stdin.flush()
@@ -260,9 +257,24 @@ def test_the_rank_that_enters_collectives_late_is_named_marked_and_measured(agen
         for p in ranks:
             if p.poll() is None:
                 p.kill()
-        for comm_id in (slow_id, fair_id):
+        for comm_id, _ in communicators:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(f"/dev/shm/nccl-standin-{comm_id}")
+    return ranks, run
+
+
+def test_the_rank_that_enters_collectives_late_is_named_marked_and_measured(agent, tmp_path):
+    """Two communicators on stand-in NCCL ranks (separate processes whose collectives wait for each
+    other): in the first, rank 2 enters every all-reduce 15 ms late; in the second no rank is late.
+    The late rank is named in the log, its collective spans are marked last to enter (the others'
+    are not), and the lateness histogram shows it."""
+    slow_id, fair_id = os.urandom(8).hex(), os.urandom(8).hex()
+    common = ["--delay-ms", "15", "--collectives", "30"]
+    ranks, run = run_ranks(
+        agent, [(slow_id, 4), (fair_id, 3)],
+        ["--json-file", str(tmp_path / "spans.json"), "--metrics-json-file", str(tmp_path / "metrics.json")],
+        extra={slow_id: ["--slow-rank", "2", *common], fair_id: common},
+    )  # fmt: skip
     named = [line for line in run.output.splitlines() if "straggler:" in line]
     assert len(named) == 1, run.output
     assert f"straggler: rank 2 of communicator {slow_id[:8]}… entered last in " in named[0]
@@ -420,32 +432,10 @@ def test_the_arm64_way_of_passing_the_nccl_unique_id_is_decoded_from_real_probes
     layout on x86-64 (rdx, ecx), so the agent told to decode the arm64 way
     (OTELBPF_NCCL_ID_ABI=aarch64) reads the id through the third argument with the real probe."""
     comm_id = os.urandom(8).hex()
-    ranks = [
-        subprocess.Popen(
-            [subprocess.sys.executable, str(EXAMPLES / "nccl_ranks.py"), "--rank", str(rank), "--nranks", "2",
-             "--id", comm_id, "--id-by-reference", "--collectives", "3"],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        for rank in range(2)
-    ]
-    try:
-        assert all(p.stdout.readline().strip() == "ready" for p in ranks)
-        run = agent(
-            [arg for p in ranks for arg in ("--pid", str(p.pid))] + ["--json-file", str(tmp_path / "spans.json")],
-            env={"OTELBPF_NCCL_ID_ABI": "aarch64"},
-        )
-        for p in ranks:
-            assert f"GPU: pid {p.pid}: probing {STANDIN}/build/byref/libnccl.so.2 " in run.output, run.output
-            p.stdin.write("go\n")
-            p.stdin.flush()
-        assert all(p.stdout.readline().strip() == "done" for p in ranks)
-        assert run.stop() == 0
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(f"/dev/shm/nccl-standin-{comm_id}")
+    ranks, _ = run_ranks(
+        agent, [(comm_id, 2)], ["--json-file", str(tmp_path / "spans.json")], by_reference=True,
+        env={"OTELBPF_NCCL_ID_ABI": "aarch64"}, extra={comm_id: ["--collectives", "3"]},
+    )  # fmt: skip
     spans = spans_in_file(tmp_path / "spans.json")
     inits = {s.resource["process.pid"]: s.attributes for s in spans if s.name == "ncclCommInitRank"}
     assert {pid: (a["otelbpf.nccl.rank"], a["otelbpf.nccl.nranks"]) for pid, a in inits.items()} == {
