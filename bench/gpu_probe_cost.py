@@ -9,6 +9,13 @@ tracing it (``--pid``), then with the agent tracing it with
 BPF, still no record per launch). Prints nanoseconds per call and the
 differences.
 
+Then the aggregation's absorption: ``--absorb`` launches as fast as the C
+loop goes under the agent (default mode), reporting the launch rate the
+traced process kept, how many events reached the agent's user space in all
+(process start and the like: launches are never sent one by one) and the
+launch total the agent exported from the BPF map
+(``otelbpf.gpu.kernel.launches``), which must equal what was launched.
+
 The stand-in functions do almost nothing, so the difference is the probe's
 whole cost; a real launch takes ~9 us (docs/gpu.md). Needs root and the
 repository's venv; run on a quiet machine for figures worth quoting.
@@ -19,10 +26,12 @@ repository's venv; run on a quiet machine for figures worth quoting.
 from __future__ import annotations
 
 import argparse
-import ctypes
+import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,10 +72,52 @@ def start_agent(pid: int, extra: tuple[str, ...] = ()) -> subprocess.Popen:
     raise SystemExit("the agent did not start")
 
 
+def stop_agent(agent: subprocess.Popen) -> dict:
+    """SIGINT, and the agent's final self-metrics (its last ``otelbpf: stats`` line)."""
+    agent.send_signal(signal.SIGINT)
+    _, err = agent.communicate(timeout=60)
+    lines = [line for line in err.splitlines() if line.startswith("otelbpf: stats ")]
+    return json.loads(lines[-1].split(" ", 2)[2]) if lines else {}
+
+
+def exported_launches(metrics_file: Path, pid: int) -> int:
+    """The last value of otelbpf.gpu.kernel.launches for ``pid`` in an OTLP JSON lines file."""
+    found = 0
+    for line in metrics_file.read_text().splitlines():
+        for resource in json.loads(line).get("resourceMetrics", []):
+            attrs = {a["key"]: a["value"] for a in resource.get("resource", {}).get("attributes", [])}
+            if int(attrs.get("process.pid", {}).get("intValue", -1)) != pid:
+                continue
+            for scope in resource.get("scopeMetrics", []):
+                for metric in scope.get("metrics", []):
+                    if metric.get("name") == "otelbpf.gpu.kernel.launches":
+                        for point in metric.get("sum", {}).get("dataPoints", []):
+                            found = max(found, int(point.get("asInt", 0)))
+    return found
+
+
+def absorb(worker: subprocess.Popen, launches: int) -> None:
+    """Launch ``launches`` times under the agent; the rate, the events user space saw, the exported total."""
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics_file = Path(tmp) / "metrics.jsonl"
+        agent = start_agent(worker.pid, ("--metrics-json-file", str(metrics_file), "--metrics-interval", "1"))
+        try:
+            time.sleep(1.0)
+            ns_per_launch = timed(worker, "launch", launches, 1)
+            time.sleep(2.5)  # one more metrics collection after the loop
+        finally:
+            stats = stop_agent(agent)
+        total = exported_launches(metrics_file, worker.pid)
+    print(f"absorbed: {launches:,} launches at {1e9 / ns_per_launch:,.0f} launches/s in the traced process; "
+          f"events that reached user space in all: {stats.get('otelbpf.events', 0):,}; "
+          f"launches exported from the BPF total: {total:,} ({'equal' if total == launches else 'NOT equal'})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--calls", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--absorb", type=int, default=1_000_000, help="launches for the absorption run (0: skip it)")
     args = parser.parse_args()
     subprocess.run(["make", "-s", "-C", str(LIB.parent.parent)], check=True)
     worker = subprocess.Popen([sys.executable, "-c", WORKER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
@@ -82,6 +133,8 @@ def main() -> None:
             finally:
                 agent.terminate()
                 agent.wait(timeout=60)
+        if args.absorb:
+            absorb(worker, args.absorb)
     finally:
         worker.kill()
     for what, mode, label in (
