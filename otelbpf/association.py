@@ -26,7 +26,11 @@ their parent ends can point at it. The rules, in order of precedence
    message's sending, whichever sockets carried it (one sample may have many
    readers), and also its child when the exchange says it has exactly one
    reader (``sole_reader``). The sending span stays findable after it ended
-   (bounded, oldest out first), and every reader may claim it.
+   (bounded, oldest out first), and every reader may claim it. A receive
+   seen before its send (a local datagram can be read on another CPU before
+   the sender's syscall returns; several readers of one multicast) waits for
+   it: when the send comes, the waiting spans not yet built get the link
+   (not the parent: their children may already have their trace).
 6. **Process** (``process``), CLIENT spans from a thread that serves no
    request itself (hand-off to a worker pool): when exactly one request is
    being served in the whole process, it is the parent. Threads seen calling
@@ -129,6 +133,8 @@ class Linker:
         self._task_call_done: dict[int, int] = {}
         #: Sending spans of messages, by the exchange's ``message_key``.
         self._sent_messages: OrderedDict[tuple, SpanStart] = OrderedDict()
+        #: Receiving spans seen before their message's sending span, by ``message_key``.
+        self._unsent_messages: OrderedDict[tuple, list[SpanStart]] = OrderedDict()
         #: Told of every request window that opens (``opened(start)``) and
         #: closes (``closed(start, ts_ns)``): GPU engine steps link the
         #: requests in flight (otelbpf/semantics/gpu_steps.py).
@@ -196,7 +202,9 @@ class Linker:
         """A received message: linked to its sending span, and its child if it has one reader."""
         sender = self._sent_messages.get(message)
         if sender is None:
-            return SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+            start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+            self._await_sender(message, start)
+            return start
         if sole_reader:
             start = SpanStart(sender.group, new_span_id(), sender.span_id, kind, pid, tid, MESSAGE)
         else:
@@ -204,12 +212,28 @@ class Linker:
         start.links = [sender]
         return start
 
+    def _await_sender(self, message: tuple, start: SpanStart) -> None:
+        """``start`` received ``message`` before its sending was seen: link it if that comes."""
+        waiting = self._unsent_messages
+        readers = waiting.get(message)
+        if readers is None:
+            waiting[message] = [start]
+            if len(waiting) > MAX_SENT_MESSAGES:  # senders never seen (not traced): no loss to count
+                waiting.popitem(last=False)
+        else:
+            readers.append(start)
+
     def _remember_message(self, message: tuple, start: SpanStart) -> None:
         sent = self._sent_messages
         sent[message] = start
         if len(sent) > MAX_SENT_MESSAGES:
             sent.popitem(last=False)
             self.counters.add("otelbpf.association.messages_evicted")
+        if self._unsent_messages:
+            for reader in self._unsent_messages.pop(message, ()):
+                reader.links = [start]
+                reader.association = MESSAGE
+                self.counters.add("otelbpf.association.messages_linked_late")
 
     def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int, off_request=None) -> SpanStart:
         if task_id and self._task_decisions < MAX_TASK_DECISIONS:

@@ -64,6 +64,29 @@ def test_sent_and_received_samples_are_linked_messaging_spans():
     assert "otelbpf.dds.source_latency" not in sent.attributes
 
 
+def test_readers_that_receive_before_the_send_is_seen_are_linked_when_it_comes():
+    """A local multicast datagram can be read on another CPU before the sender's syscall
+    returns (its event then sorts after the receives): the two readers still get their link."""
+    announce = build.announce_writer(A, W, "rt/chatter", "std_msgs::msg::dds_::String_")
+    readers = [build.announce_reader(B, build.USER_READER, "rt/chatter"),
+               build.announce_reader(build.PREFIX_A[:-1] + b"\x0c", build.USER_READER, "rt/chatter")]  # fmt: skip
+    sample = build.sample(A, W, 1, size=10, ts_ns=900)
+    spans = run([
+        datagram(1, 3, Direction.EGRESS, announce, 1000, 7411),
+        datagram(2, 3, Direction.EGRESS, readers[0], 1002, 7410),
+        datagram(3, 3, Direction.EGRESS, readers[1], 1003, 7412),
+        datagram(2, 3, Direction.INGRESS, sample, 1990, 7410),
+        datagram(3, 3, Direction.INGRESS, sample, 1995, 7412),
+        datagram(1, 3, Direction.EGRESS, sample, 2000, 7411),
+    ])  # fmt: skip
+    [sent] = [s for s in spans if s.kind == SpanKind.PRODUCER]
+    received = [s for s in spans if s.kind == SpanKind.CONSUMER]
+    assert len(received) == 2
+    for got in received:
+        assert [link.span_id for link in got.links] == [sent.span_id]
+        assert got.parent_span_id == b"" and got.attributes["otelbpf.association"] == "message"
+
+
 def test_unknown_topic_is_said_and_the_writer_named():
     spans = run([datagram(2, 3, Direction.INGRESS, build.sample(A, W, 1), 10, 7410)])
     [span] = spans
