@@ -344,6 +344,27 @@ def test_collective_spans_of_a_communicator_with_a_rank_elsewhere_stop_being_hel
     assert counters.get("otelbpf.nccl.spans.unmatched") == 1
 
 
+def test_a_rank_destroying_its_handle_first_does_not_release_a_peers_last_collective():
+    """Two ranks (two processes) joined long ago (past the hold's timeout); rank 0's
+    ncclCommDestroy is handled before rank 1's last collective (events of different
+    processes are in time order only within the reordering window): rank 1's span is still
+    held and matched with rank 0's, none unmatched. Once both left, the communicator is
+    forgotten."""
+    from otelbpf.selfmetrics import Counters
+
+    late = gpu.HOLD_TIMEOUT_NS * 3
+    detector = gpu.StragglerDetector(Counters())
+    detector.joined(1, 0xA0, "ab" * 16, 0, 2, ts_ns=10)
+    detector.joined(2, 0xB0, "ab" * 16, 1, 2, ts_ns=11)
+    first = detector.enter(1, 0xA0, "AllReduce", late)
+    detector.left(1, 0xA0)
+    second = detector.enter(2, 0xB0, "AllReduce", late + 5)
+    assert (first.seq, second.seq, second.rank) == (1, 1, 1)
+    assert detector.may_all_be_here(second)
+    detector.left(2, 0xB0)
+    assert detector.joined_ranks == {} and detector.first_joined_ns == {} and detector.live_members == {}
+
+
 def test_ncclcomminitrank_arguments_on_x86_64_and_arm64():
     """x86-64 (System V): the 128-byte ncclUniqueId is copied onto the stack, so nranks, rank are
     esi, edx and the probe reads the id from the stack into args[4..5]. arm64 (AAPCS64): it goes by

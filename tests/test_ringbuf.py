@@ -397,9 +397,16 @@ def test_two_cpus_producing_at_once(bpf, ringbuf):
         reader.close()
     submitted, lost = counts(bpf)
     seqs = check_records(got, cpus={10: cpu_a, 11: cpu_b})
+    # A 16 KiB ring, two producers and a reader on two CPUs: under load one producer can
+    # find the ring full for every one of its records. What must hold either way: each
+    # producer's records in order and once, every submitted record drained, the rest
+    # counted lost, and nothing lost means everything from both.
     for ident in (10, 11):
-        assert seqs[ident] == sorted(seqs[ident])  # per producer (per CPU): in order
-        assert len(set(seqs[ident])) == len(seqs[ident])
+        mine = seqs.get(ident, [])
+        assert mine == sorted(mine)  # per producer (per CPU): in order
+        assert len(set(mine)) == len(mine)
+        if lost == lost0:
+            assert mine == list(range(count))
     assert len(got) == submitted - submitted0  # everything submitted was drained once
     assert (submitted - submitted0) + (lost - lost0) == 2 * count
     assert len(got) > 0

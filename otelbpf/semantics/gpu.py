@@ -562,9 +562,12 @@ class StragglerDetector:
         self.counters = counters
         self.members: dict[tuple[int, int], _Member] = {}
         #: unique id -> ranks that joined it in traced processes (to know when all are on this node),
-        #: and when the first of them did
+        #: and when the first of them did; kept until its last member left (a rank that destroyed its
+        #: handle may be seen before a peer's last collective: the peer's span is still held)
         self.joined_ranks: dict[str, set[int]] = {}
         self.first_joined_ns: dict[str, int] = {}
+        #: unique id -> members (process handles) still joined
+        self.live_members: dict[str, int] = {}
         #: (unique id, seq) -> rank -> entry ns
         self.open: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
         #: unique id -> deque of (last rank, lateness ns, operation)
@@ -576,16 +579,25 @@ class StragglerDetector:
 
     def joined(self, pid: int, comm: int, unique_id: str, rank: int, nranks: int, ts_ns: int = 0) -> None:
         if 1 < nranks <= 65536 and 0 <= rank < nranks:
+            if (pid, comm) in self.members:  # a handle address reused without its destroy seen
+                self.left(pid, comm)
             self.members[(pid, comm)] = _Member(unique_id, rank, nranks)
             self.joined_ranks.setdefault(unique_id, set()).add(rank)
             self.first_joined_ns.setdefault(unique_id, ts_ns)
+            self.live_members[unique_id] = self.live_members.get(unique_id, 0) + 1
 
     def left(self, pid: int, comm: int) -> None:
+        """A rank's handle destroyed (or its process gone). The communicator's ranks are
+        remembered until its last member leaves: events of different processes are handled in
+        time order only within the reordering window, so one rank's ncclCommDestroy can come
+        before another rank's last collective, which must still be held to be matched."""
         member = self.members.pop((pid, comm), None)
         if member is not None:
-            ranks = self.joined_ranks.get(member.unique_id, set())
-            ranks.discard(member.rank)
-            if not ranks:
+            remaining = self.live_members.get(member.unique_id, 1) - 1
+            if remaining > 0:
+                self.live_members[member.unique_id] = remaining
+            else:
+                self.live_members.pop(member.unique_id, None)
                 self.joined_ranks.pop(member.unique_id, None)
                 self.first_joined_ns.pop(member.unique_id, None)
 
