@@ -24,6 +24,7 @@ instead (self time per C symbol: the compiled functions show as
 ``PyDict_...``)::
 
     .venv/bin/python bench/profile_agent.py --perf --rate 10000 --duration 8
+    .venv/bin/python bench/profile_agent.py --perf --callers    # whose work the interpreter's time is
 """
 
 from __future__ import annotations
@@ -137,10 +138,51 @@ def print_perf_symbols(data: Path, us_per_request: float, top: int) -> None:
         capture_output=True, text=True, check=True,
     ).stdout
     rows = [line.split(None, 3) for line in report.splitlines() if line.strip().endswith(tuple("abcdefghijklmnopqrstuvwxyz0123456789_]")) and "%" in line and not line.startswith("#")]
+    by_object = subprocess.run(
+        ["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "dso", "--percent-limit", "0.5"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    print("\nSELF time per object (perf): share, us per request, object (an extension module is compiled project code)")
+    for line in by_object.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0].endswith("%") and not line.startswith("#"):
+            pct = float(fields[0].rstrip("%"))
+            print(f"  {pct:5.1f}%  {pct / 100 * us_per_request:6.2f} us  {fields[1]}")
     print("\nSELF time per native symbol (perf): share, us per request, object, symbol")
     for share, dso, _kind, symbol in [r for r in rows if len(r) == 4][:top]:
         pct = float(share.rstrip("%"))
         print(f"  {pct:5.1f}%  {pct / 100 * us_per_request:6.2f} us  {dso:28.28s} {symbol}")
+
+
+def print_perf_callers(data: Path, us_per_request: float, top: int) -> None:
+    """Native time charged to the compiled project function that caused it: each sample's
+    stack is walked from the leaf out to the first frame in a project extension module (time
+    inside the interpreter's object machinery -- attribute look-ups, allocation, dict and
+    tuple work -- done on behalf of compiled code); a stack that reaches the bytecode
+    interpreter first is charged to interpreted Python, any other to its leaf's object."""
+    script = subprocess.run(["perf", "script", "-i", str(data), "-F", "ip,sym,dso"], capture_output=True, text=True)
+    charged: Counter = Counter()
+    total = 0
+    for block in script.stdout.split("\n\n"):
+        frames = [line.strip() for line in block.splitlines() if line.strip()]
+        if not frames:
+            continue
+        total += 1
+        leaf_object = frames[0].rsplit("(", 1)[-1].rstrip(")")
+        where = "other: " + Path(leaf_object).name
+        for frame in frames:
+            symbol, _, dso = frame.partition(" ")[2].rpartition(" (")
+            dso = Path(dso.rstrip(")")).name
+            if ".cpython-" in dso and ("/otelbpf/" in frame or "/protocols/" in frame):
+                where = f"{dso.split('.')[0]}: {symbol.split('+')[0]}"
+                break
+            if symbol.startswith("_PyEval_EvalFrameDefault"):
+                where = "interpreted Python (uncompiled code)"
+                break
+        charged[where] += 1
+    print("\nCHARGED to the nearest compiled project function (perf call graphs): share, us per request")
+    for where, n in charged.most_common(top):
+        print(f"  {100 * n / max(1, total):5.1f}%  {n / max(1, total) * us_per_request:6.2f} us  {where}")
 
 
 def main() -> int:
@@ -156,6 +198,7 @@ def main() -> int:
     p.add_argument("--keep", type=Path, help="also write the collapsed stacks here")
     p.add_argument("--agent-arg", action="append", default=[], help="extra argument for `otelbpf run` (repeatable)")
     p.add_argument("--agent-cpus", default="server", help="server, client, any, or a CPU list (default server)")
+    p.add_argument("--callers", action="store_true", help="with --perf: record call graphs and charge interpreter time to the compiled function that caused it")
     p.add_argument("--perf", action="store_true", help="sample native frames with Linux perf instead of py-spy (sees inside compiled modules)")
     args = p.parse_args()
 
@@ -180,7 +223,8 @@ def main() -> int:
         raw = workdir / "stacks.txt"
         if args.perf:
             raw = workdir / "perf.data"
-            command = ["perf", "record", "-F", str(args.sample_rate * 4), "-p", str(agent.pid), "-o", str(raw), "--", "sleep", str(args.duration)]
+            graph = ["--call-graph", "dwarf,16384"] if args.callers else []
+            command = ["perf", "record", "-F", str(args.sample_rate * (2 if args.callers else 4)), *graph, "-p", str(agent.pid), "-o", str(raw), "--", "sleep", str(args.duration)]
         else:
             command = [py_spy, "record", "--pid", str(agent.pid), "--rate", str(args.sample_rate), "--duration", str(args.duration), "--threads", "--format", "raw", "--output", str(raw), "--nonblocking"]
         spy = children.start("perf" if args.perf else "py-spy", nw.taskset(bench.layout.client, command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
@@ -199,6 +243,8 @@ def main() -> int:
             print(f"\n{result.rps:,.0f} req/s for {args.duration}s, sink {args.sink}: agent {cpu['agent_cores']:.2f} cores during the load, {agent_s:.2f} s CPU until caught up = {1e6 * agent_s / requests:.1f} us CPU per request")
             print("agent stats (with events lost, the agent fell behind and the profile is of what it kept up with): " + ", ".join(f"{k}={v}" for k, v in stopped["stats"].items()))
             print_perf_symbols(raw, 1e6 * agent_s / requests, args.top)
+            if args.callers:
+                print_perf_callers(raw, 1e6 * agent_s / requests, args.top)
             return 0
         if args.keep:
             shutil.copy(raw, args.keep)
