@@ -857,19 +857,20 @@ class Bench:
         return max(0.0, self.args.noise_budget - self._noise_spent)
 
     def measure(self, load: Callable[[], WrkResult], trace: str | None, sink: str = "jsonfile", *, agent_cpus: str | None | bool = False,
-                freeze: bool = False, probe: Any = None, **labels: Any) -> dict[str, Any]:
+                freeze: bool = False, probe: Any = None, agent_extra: list[str] | None = None, **labels: Any) -> dict[str, Any]:
         """One measured window, repeated (up to --noise-retries) while other processes disturbed it.
 
         ``trace``: None (no agent), "nginx" (the agent traces nginx) or "dummy" (the agent is
         attached but traces only an idle process: the cost of enabled tracepoints alone).
         ``agent_cpus``: the agent's pinning for this window (False: the layout's default).
         ``freeze``: SIGSTOP the agent once attached (user space reads nothing; the kernel
-        fills the ring buffer, then drops every record). ``probe``: an object whose
+        fills the ring buffer, then drops every record). ``agent_extra``: more `otelbpf run`
+        options for this window (mode drop: --discard-events). ``probe``: an object whose
         ``begin(agent)``/``end(agent, window)`` run around the load (bpf stats).
         """
         discarded = []
         for attempt in range(self.args.noise_retries + 1):
-            window = self._measure_once(load, trace, sink, agent_cpus, freeze, probe)
+            window = self._measure_once(load, trace, sink, agent_cpus, freeze, probe, agent_extra or [])
             window.update(labels)
             noisy = window["cpu"]["other_cores"] > NOISY_CORES
             if not noisy or attempt == self.args.noise_retries or self.noise_budget_left() <= 0:
@@ -884,7 +885,7 @@ class Bench:
         return window
 
     def _measure_once(self, load: Callable[[], WrkResult], trace: str | None, sink: str, agent_cpus: str | None | bool = False,
-                      freeze: bool = False, probe: Any = None) -> dict[str, Any]:
+                      freeze: bool = False, probe: Any = None, agent_extra: list[str] = ()) -> dict[str, Any]:
         agent = None
         json_file = self.tmp_json()
         if trace is not None:
@@ -894,7 +895,7 @@ class Bench:
                 self.ensure_receiver().reset()
                 outputs = ["--otlp-endpoint", self.receiver.grpc_endpoint, "--otlp-protocol", "grpc"]
             targets = self.targets() if trace == "nginx" else ["--pid", str(self.dummy_pid())]
-            agent = self.agents.start(targets, outputs, cpus=agent_cpus)
+            agent = self.agents.start(targets, [*outputs, *agent_extra], cpus=agent_cpus)
         try:
             time.sleep(0.3)
             waited = self.wait_for_quiet(agent)
@@ -1001,7 +1002,10 @@ class Bench:
         "on": ("nginx", "server", False, "agent tracing nginx, on nginx's core"),
         "own": ("nginx", "own", False, "agent tracing nginx, on its own core"),
         "kstop": ("nginx", "server", True, "agent tracing nginx but SIGSTOPped once attached: the kernel captures, user space reads nothing (ring buffer full, then every record dropped)"),
+        "drop": ("nginx", "server", False, "agent tracing nginx with --discard-events, on nginx's core: the kernel captures every record, user space reads and drops it undecoded"),
     }
+    #: extra `otelbpf run` options per mode (an agent without them fails the window with its usage error)
+    MODE_AGENT_ARGS = {"drop": ["--discard-events"]}
 
     def mode_cpus(self, mode: str) -> str | None | bool:
         where = self.MODES[mode][1]
@@ -1009,7 +1013,8 @@ class Bench:
 
     def run_mode(self, mode: str, load: Callable[[], WrkResult], **labels: Any) -> dict[str, Any]:
         trace, _where, freeze, _desc = self.MODES[mode]
-        return self.measure(load, trace, self.args.sink, agent_cpus=self.mode_cpus(mode), freeze=freeze, mode=mode, **labels)
+        return self.measure(load, trace, self.args.sink, agent_cpus=self.mode_cpus(mode), freeze=freeze,
+                            agent_extra=self.MODE_AGENT_ARGS.get(mode, []), mode=mode, **labels)  # fmt: skip
 
     @staticmethod
     def per_mode(rows: list[dict[str, Any]], modes: list[str]) -> dict[str, dict[str, Any]]:
@@ -1313,7 +1318,7 @@ class Bench:
         if sat:
             per = sat["per_mode"]
             put("sat.off_rps", "saturation: untraced nginx req/s", per["off"]["median_rps"], "req/s", "higher")
-            for m, label in (("on", "agent on nginx's core"), ("own", "agent on its own core"), ("idle", "probes attached, tracing nothing"), ("kstop", "kernel capture, user space stopped")):
+            for m, label in (("on", "agent on nginx's core"), ("own", "agent on its own core"), ("idle", "probes attached, tracing nothing"), ("kstop", "kernel capture, user space stopped"), ("drop", "kernel capture, user space reading and dropping")):
                 if m in per:
                     put(f"sat.ratio.{m}", f"saturation ratio {m}/off ({label})", sat["ratio_to_off"].get(m), "x", "higher")
                     if "spans_per_request" in per[m]:
@@ -1371,7 +1376,8 @@ class Bench:
                 targets.append({"target": target, "key": key, "value": show(v), "met": bool(ok(v))})
 
         add("probes attached, nothing traced >= 0.99x of untraced nginx (saturation idle/off)", "sat.ratio.idle", lambda v: v >= 0.99, lambda v: f"{v:.3f}x")
-        add("traced, user space dropping everything >= 0.95x (approximated by kstop/off: agent stopped, kernel drops once the ring is full)", "sat.ratio.kstop", lambda v: v >= 0.95, lambda v: f"{v:.3f}x")
+        add("traced, user space dropping everything >= 0.95x (drop/off: the agent reads every record and drops it, --discard-events)", "sat.ratio.drop", lambda v: v >= 0.95, lambda v: f"{v:.3f}x")
+        add("traced, user space stopped (kstop/off: the kernel drops once the ring is full; a lower bound of the capture's cost)", "sat.ratio.kstop", lambda v: v >= 0.95, lambda v: f"{v:.3f}x")
         sink = self.args.sink
         add(f"<= 10 us agent CPU per request at {self.args.cost_rate:,}/s, agent on nginx's core (sink {sink}; the issue means OTLP on)", "cost.agent_us_per_request.on", lambda v: v <= 10, lambda v: f"{v:.1f} us")
         if "cost.spans_per_request.on" in h:
@@ -1575,7 +1581,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=int, help=f"alternated rounds of the modes at saturation, at half load and at the cost rate (default {f['rounds']} [{q['rounds']}])")
     p.add_argument("--rates", help=f"fixed rates (req/s) of the span-loss sweep, 10000 always added (default {f['rates']} [{q['rates']}])")
     p.add_argument("--sink", choices=SINKS, default="otlp-grpc", help="where the agent sends spans in saturation, half load, cost, bpf and start-up: OTLP/gRPC to bench/otlp_counting_receiver.py, or a JSON file (default otlp-grpc)")
-    p.add_argument("--sat-modes", default="off,idle,on,own,kstop", help="modes at saturation (default off,idle,on,own,kstop; see bench/README.md)")
+    p.add_argument("--sat-modes", default="off,idle,on,own,kstop,drop", help="modes at saturation (default off,idle,on,own,kstop,drop; see bench/README.md; drop needs an agent with --discard-events)")
     p.add_argument("--half-modes", default="off,on", help="modes at half load (default off,on)")
     p.add_argument("--cost-rate", type=int, default=10000, help="fixed rate of the cost and bpf parts (default 10000)")
     p.add_argument("--cost-modes", default="off,on,own", help="modes at the cost rate (default off,on,own)")

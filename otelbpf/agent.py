@@ -67,8 +67,12 @@ class Agent:
         stats_interval_s: float | None = None,
         flush_timeout_s: float = 5.0,
         budget=None,
+        discard_from=None,
     ) -> None:
         self.source = source
+        #: With a source here (an EbpfSource), every record is read and dropped undecoded,
+        #: counted in otelbpf.events.discarded: ``--discard-events``, a benchmarking aid.
+        self.discard_from = discard_from
         self.pipeline = pipeline
         self.processor = processor
         self.counters = counters
@@ -129,6 +133,11 @@ class Agent:
         self.processor.shutdown(self.flush_timeout_s)
 
     def _drain_once(self) -> None:
+        if self.discard_from is not None:
+            dropped = self.discard_from.discard()
+            if dropped:
+                self.counters.add("otelbpf.events.discarded", dropped)
+            return
         ready = self.reorder.push(self.source.read())
         if ready:
             self.pipeline.handle(ready)

@@ -195,6 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve /healthz, /readyz and Prometheus /metrics (self-metrics) on this port",
     )
     run.add_argument("--stats-interval", type=_positive_float, metavar="SECONDS", help="log the self-metrics this often")
+    run.add_argument(
+        "--discard-events",
+        action="store_true",
+        help="benchmarking aid: capture in the kernel as usual, read every record and drop it undecoded (no spans; "
+        "counted in otelbpf.events.discarded): what the kernel capture alone costs the traced app",
+    )
     _add_output_options(run)
 
     replay = sub.add_parser("replay", help="run the same pipeline on a pcap/pcapng capture")
@@ -455,7 +461,10 @@ def cmd_run(args) -> int:
             metrics.add_process_sums(lambda: launch_sums(ebpf), resources.attributes)
         if budget is not None:
             metrics.add_gauge("otelbpf.budget.shed_ratio", lambda: budget.shed_ratio)
-    agent = Agent(source, pipeline, consumer, counters, stats_interval_s=args.stats_interval, budget=budget)
+    agent = Agent(source, pipeline, consumer, counters, stats_interval_s=args.stats_interval, budget=budget,
+                  discard_from=ebpf if args.discard_events else None)  # fmt: skip
+    if args.discard_events:
+        log.warning("otelbpf: --discard-events: every captured record is dropped undecoded, no spans (a benchmarking aid)")
     agent.install_signal_handlers()
     started = time.monotonic()
     try:

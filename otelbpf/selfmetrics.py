@@ -16,6 +16,7 @@ from typing import Iterator
 DESCRIPTIONS: dict[str, str] = {
     "otelbpf.events": "events received from the source",
     "otelbpf.events.lost": "events the kernel could not deliver (ring buffer full)",
+    "otelbpf.events.discarded": "records read and dropped undecoded (--discard-events, a benchmarking aid)",
     "otelbpf.payload.truncated": "data events whose payload exceeded --capture-bytes",
     "otelbpf.connections.opened": "connections seen",
     "otelbpf.connections.evicted": "connections dropped because the table was full",

@@ -319,6 +319,25 @@ def test_a_full_ring_drops_are_counted_and_tracing_recovers(services, agent, tmp
         assert s.attributes["http.response.status_code"] == 200
 
 
+def test_discard_events_reads_every_record_and_builds_nothing(services, agent, tmp_path):
+    """--discard-events (the benchmarks' "user space dropping everything"): the kernel
+    captures as when tracing, the agent reads each record and drops it undecoded. Ten
+    curl requests: records counted as discarded (at least a request and a response each),
+    none lost, no span written."""
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0", "--delay-ms", "0"])
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(backend.pid), "--discard-events", "--json-file", str(out)])
+    assert "--discard-events: every captured record is dropped undecoded" in run.output
+    url = f"http://127.0.0.1:{backend.port}"
+    subprocess.run(["curl", "-sf", "-o", "/dev/null", *[f"{url}/items/{i}" for i in range(10)]], check=True)
+    time.sleep(0.5)
+    assert run.stop() == 0
+    stats = run.stats()
+    assert stats.get("otelbpf.events.discarded", 0) >= 20, stats
+    assert stats.get("otelbpf.events.lost", 0) == 0 and stats.get("otelbpf.spans.created", 0) == 0, stats
+    assert spans_in_file(out) == []
+
+
 def test_sendfile_body_is_counted_and_marked(services, agent, tmp_path):
     server = services([str(CLIENTS / "sendfile_server.py"), "300000"])
     out = tmp_path / "spans.json"

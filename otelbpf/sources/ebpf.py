@@ -590,6 +590,17 @@ class EbpfSource:
         self._raw.append(ctypes.string_at(data, size))
         return 0  # returning None halves BCC's callback rate (docs/architecture.md, "Measured costs")
 
+    def discard(self) -> int:
+        """Drain what the kernel submitted and drop it undecoded; how many records
+        (``otelbpf run --discard-events``: the kernel capture's cost alone, with user
+        space keeping up, for benchmarks)."""
+        if self._reader is not None:
+            self._raw = self._reader.drain()
+        else:
+            self._bpf.ring_buffer_consume()
+        dropped, self._raw = len(self._raw), []
+        return dropped
+
     def read(self) -> list[Event]:
         """Drain what the kernel submitted since the last call; never blocks."""
         if self._reader is not None:
