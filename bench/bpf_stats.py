@@ -11,6 +11,7 @@ bpftool nor the agent's internals are needed; program names come from the bpf(2)
 Used by nginx_wrk.py (``--only bpf``); standalone, against any running agent::
 
     .venv/bin/python bench/bpf_stats.py --pid $(pgrep -f 'otelbpf run') --seconds 5 [--requests N]
+    .venv/bin/python bench/bpf_stats.py --floor     # what an empty program reads as here
 
 ``--requests`` (the requests served during the window, if known) adds ns per request.
 The sysctl is set for the window and put back as it was.
@@ -167,15 +168,58 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+FLOOR_PROGRAM = r"""
+RAW_TRACEPOINT_PROBE(sock_send_length) { return 0; }
+"""
+
+
+def measure_floor(sends: int = 200_000) -> dict:
+    """What the timing itself reads as: an empty program on the raw tracepoint sock_send_length,
+    run by ``sends`` one-byte writes on a Unix socket pair with bpf_stats on (the dispatch plus the
+    two clock reads each run pays; a virtual machine's clock makes them dear). The agent's
+    programs' ns per run minus this is their own work. Needs root and BCC."""
+    import socket
+
+    from bcc import BPF
+
+    previous = set_stats(True)
+    prog = BPF(text=FLOOR_PROGRAM)
+    try:
+        before = prog_fds(os.getpid())
+        a, b = socket.socketpair()
+        try:
+            for _ in range(sends):
+                a.send(b"x")
+                b.recv(1)
+        finally:
+            a.close()
+            b.close()
+        result = delta(before, prog_fds(os.getpid()))
+    finally:
+        prog.cleanup()
+        set_stats(previous)
+    runs = sum(r["runs"] for r in result["programs"])
+    ns = sum(r["ns"] for r in result["programs"])
+    return {"runs": runs, "ns_per_run": round(ns / runs, 1) if runs else None}
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--pid", type=int, required=True, help="the agent's pid (its descendants are included)")
+    p.add_argument("--pid", type=int, help="the agent's pid (its descendants are included)")
+    p.add_argument("--floor", action="store_true", help="measure what an empty program reads as (the timing's own cost per run) and exit")
     p.add_argument("--seconds", type=float, default=5.0, help="window length (default 5)")
     p.add_argument("--requests", type=int, help="requests served during the window, for ns per request")
     args = p.parse_args()
     if os.geteuid() != 0:
         print("bpf_stats: run as root", file=sys.stderr)
         return 2
+    if args.floor:
+        floor = measure_floor()
+        print(f"an empty program on sock_send_length: {floor['ns_per_run']} ns per run over {floor['runs']:,} runs "
+              "(the dispatch and the timing's two clock reads: subtract it from a program's ns/run)")
+        return 0
+    if args.pid is None:
+        p.error("--pid is required (or --floor)")
     previous = set_stats(True)
     try:
         before = snapshot(args.pid)

@@ -1167,6 +1167,18 @@ class Bench:
                 say(bpf_stats.format_table(res))
         finally:
             bpf_stats.set_stats(previous)
+        try:  # the timing's own cost per run, to read the programs' work apart from it
+            floor = bpf_stats.measure_floor()
+        except Exception as exc:  # noqa: BLE001 - a measurement aid; the table above stands without it
+            say(f"  (timing floor not measured: {exc})")
+        else:
+            out["floor_ns_per_run"] = floor["ns_per_run"]
+            for mode in ("idle", "on"):
+                res = out.get(mode)
+                if res and res.get("total_runs_per_request") is not None and floor["ns_per_run"]:
+                    above = res["total_ns_per_request"] - floor["ns_per_run"] * res["total_runs_per_request"]
+                    res["ns_per_request_above_floor"] = round(max(0.0, above), 1)
+                    say(f"  mode {mode}: {above:,.0f} ns per request above the timing floor ({floor['ns_per_run']} ns per run: an empty program on sock_send_length, dispatch + two clock reads)")
         self.results["bpf"] = out
 
     def loss_sweep(self) -> None:
