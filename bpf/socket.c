@@ -174,12 +174,20 @@ BPF_HASH(udp_rx, __u32, struct udp_pending, 16384);
 /* The socket a traced thread's send woke (sk_data_ready), and when.
  * Unix pairing: it names the other end. Timing: on loopback the receiver
  * can be woken, read and return before sock_send_length fires at the end of
- * the send, so a send is stamped with this first wake-up instead. */
+ * the send, so a send is stamped with this first wake-up instead.
+ * One slot per CPU, owned by the thread whose wake-up it holds: the wake-up
+ * and the send's sock_send_length run in the same syscall, on the same CPU
+ * unless the send was preempted and moved in between (then the send has no
+ * wake-up: unstamped, its pairing left to a later send). A per-tid LRU hash
+ * cost an update and two deletes per request, each a hash walk and an LRU
+ * list operation: the largest share of the capture's cost in perf. */
 struct woken {
     __u64 sk;
     __u64 ts;
+    __u32 tid; /* 0: empty */
+    __u32 unused;
 };
-BPF_TABLE("lru_hash", __u32, struct woken, woken_sk, 16384);
+BPF_PERCPU_ARRAY(woken_sk, struct woken, 1);
 
 static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn_id, __u64 ts);
 /* bpf/tls.c: a traced thread's stream I/O, for TLS attribution (also when muted). */
@@ -601,8 +609,10 @@ static __always_inline int on_traced_sock_length(__u64 id, __u64 sk, __u16 famil
     int deferred = 0; /* UDP receive with a sender address: at the exit */
     if (direction == DIR_INGRESS) {
 #if HAVE_SK_DATA_READY
-        __u32 reader = (__u32)id;
-        woken_sk.delete(&reader); /* a wake-up seen while receiving is not a send's */
+        int slot = 0;
+        struct woken *seen = woken_sk.lookup(&slot);
+        if (seen && seen->tid == (__u32)id)
+            seen->tid = 0; /* a wake-up seen while receiving is not a send's */
 #endif
         switch (nr) {
         case __NR_read:
@@ -672,15 +682,15 @@ static __always_inline int on_traced_sock_length(__u64 id, __u64 sk, __u16 famil
         }
 #if HAVE_SK_DATA_READY
         /* The socket this send woke (sk_data_ready), and when. */
-        __u32 tid = (__u32)id;
-        struct woken *woke = woken_sk.lookup(&tid);
-        if (woke) {
+        int slot = 0;
+        struct woken *woke = woken_sk.lookup(&slot);
+        if (woke && woke->tid == (__u32)id) {
             /* within this send: a wake-up older than 1 ms was an interrupt's, not ours */
             if (woke->sk != sk && cls == SK_STREAM && io.ts - woke->ts < 1000000) {
                 io.peer_sk = woke->sk;
                 io.ts = woke->ts;
             }
-            woken_sk.delete(&tid);
+            woke->tid = 0;
         }
 #endif
     }
@@ -805,9 +815,13 @@ RAW_TRACEPOINT_PROBE(sk_data_ready)
     __u64 id = bpf_get_current_pid_tgid();
     if (!is_traced(id >> 32))
         return 0;
-    __u32 tid = (__u32)id;
-    struct woken woke = {.sk = (__u64)ctx->args[0], .ts = bpf_ktime_get_ns()};
-    woken_sk.update(&tid, &woke); /* the last one wins: a connect() woke the listener before */
+    int slot = 0;
+    struct woken *woke = woken_sk.lookup(&slot);
+    if (woke) { /* the last one wins: a connect() woke the listener before */
+        woke->sk = (__u64)ctx->args[0];
+        woke->ts = bpf_ktime_get_ns();
+        woke->tid = (__u32)id;
+    }
     return 0;
 }
 #endif
