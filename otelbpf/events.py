@@ -81,10 +81,17 @@ class ConnOpen:
     protocol: int = 0
 
 
-@dataclass(slots=True)
+@dataclass
 class DataEvent:
-    """Bytes one thread read or wrote on a connection, in one syscall."""
+    """Bytes one thread read or wrote on a connection, in one syscall.
 
+    Built per syscall: a dataclass over an explicit ``__init__`` and ``__slots__``
+    (a slotted dataclass as plain Python, an extension type with a C ``__init__``
+    compiled; events.pxd declares its fields).
+    """
+
+    __slots__ = ("ts_ns", "pid", "tid", "fd", "conn_id", "direction", "total_len", "data", "flags", "task_id",
+                 "source")
     ts_ns: int
     pid: int
     tid: int
@@ -95,11 +102,25 @@ class DataEvent:
     total_len: int
     data: bytes
     #: DataFlags bits, kept as a plain int (enum arithmetic is slow per event).
-    flags: int = 0
+    flags: int
     #: The asyncio task (its coroutine, opaque) whose step made the syscall; 0 if none.
-    task_id: int = 0
+    task_id: int
     #: Source (SOCKET, TLS) as a plain int.
-    source: int = 0
+    source: int
+
+    def __init__(self, ts_ns, pid, tid, fd, conn_id, direction, total_len, data, flags=0, task_id=0,
+                 source=0) -> None:
+        self.ts_ns = ts_ns
+        self.pid = pid
+        self.tid = tid
+        self.fd = fd
+        self.conn_id = conn_id
+        self.direction = direction
+        self.total_len = total_len
+        self.data = data
+        self.flags = flags
+        self.task_id = task_id
+        self.source = source
 
     @property
     def missing(self) -> int:

@@ -12,7 +12,7 @@ with decisions pending are held back, then exported with the final trace ID.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from otelbpf.model import SpanKind, SpanRecord
 
@@ -58,10 +58,17 @@ class TraceGroup:
         return theirs
 
 
-@dataclass(slots=True)
+@dataclass(repr=False)
 class SpanStart:
-    """Identity and placement of a span, fixed when its request starts."""
+    """Identity and placement of a span, fixed when its request starts.
 
+    Built per request: a dataclass over an explicit ``__init__`` and ``__slots__``
+    (a slotted dataclass as plain Python, an extension type with a C ``__init__``
+    compiled; identity.pxd declares its fields). Its repr leaves out ``span``.
+    """
+
+    __slots__ = ("group", "span_id", "parent_span_id", "kind", "pid", "tid", "association", "task_id",
+                 "start_ns", "links", "span")
     group: TraceGroup
     span_id: bytes
     parent_span_id: bytes
@@ -69,16 +76,35 @@ class SpanStart:
     pid: int
     tid: int
     #: Which rule chose the parent (otelbpf.association), "" for a plain root.
-    association: str = ""
+    association: str
     #: asyncio task (coroutine) that started the request, 0 if none.
-    task_id: int = 0
-    start_ns: int = 0
+    task_id: int
+    start_ns: int
     #: Spans this one is linked to (not parented by): a received message's
     #: sending span (otelbpf.association, rule ``message``).
     #: A shared empty tuple until one is added (no allocation per span).
-    links: "tuple[SpanStart, ...] | list[SpanStart]" = ()
+    links: "tuple[SpanStart, ...] | list[SpanStart]"
     #: The finished span, once built (a deferred decision may still amend it).
-    span: SpanRecord | None = field(default=None, repr=False)
+    span: SpanRecord | None
+
+    def __init__(self, group, span_id, parent_span_id, kind, pid, tid, association="", task_id=0, start_ns=0,
+                 links=(), span=None) -> None:
+        self.group = group
+        self.span_id = span_id
+        self.parent_span_id = parent_span_id
+        self.kind = kind
+        self.pid = pid
+        self.tid = tid
+        self.association = association
+        self.task_id = task_id
+        self.start_ns = start_ns
+        self.links = links
+        self.span = span
+
+    def __repr__(self) -> str:
+        return (f"SpanStart(group={self.group!r}, span_id={self.span_id!r}, parent_span_id={self.parent_span_id!r}, "
+                f"kind={self.kind!r}, pid={self.pid!r}, tid={self.tid!r}, association={self.association!r}, "
+                f"task_id={self.task_id!r}, start_ns={self.start_ns!r}, links={self.links!r})")
 
     @property
     def trace_id(self) -> bytes:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Mapping, Union
 
 AttributeValue = Union[str, bool, int, float]
@@ -35,15 +35,30 @@ class StatusCode(enum.IntEnum):
     ERROR = 2
 
 
-@dataclass(slots=True)
+# SpanLink and SpanRecord are built per request. Written as a dataclass over an
+# explicit ``__init__`` and ``__slots__`` (fields as bare annotations, defaults in
+# ``__init__``; ``None`` stands for a fresh empty dict or list), they stay slotted
+# dataclasses as plain Python and become extension types with a C ``__init__`` when
+# Cython compiles this module (model.pxd declares their fields).
+
+
+@dataclass
 class SpanLink:
+    __slots__ = ("trace_id", "span_id", "attributes")
     trace_id: bytes
     span_id: bytes
-    attributes: dict[str, AttributeValue] = field(default_factory=dict)
+    attributes: dict[str, AttributeValue]
+
+    def __init__(self, trace_id, span_id, attributes=None) -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.attributes = {} if attributes is None else attributes
 
 
-@dataclass(slots=True)
+@dataclass
 class SpanRecord:
+    __slots__ = ("trace_id", "span_id", "name", "kind", "start_ns", "end_ns", "pid", "parent_span_id",
+                 "attributes", "status_code", "status_message", "trace_state", "links", "scope", "protocol")
     trace_id: bytes  # 16 bytes
     span_id: bytes  # 8 bytes
     name: str
@@ -53,17 +68,36 @@ class SpanRecord:
     #: Key of the process this span belongs to; the exporter turns it into a
     #: Resource through a ResourceRegistry.
     pid: int
-    parent_span_id: bytes = b""  # empty for a root span
-    attributes: dict[str, AttributeValue] = field(default_factory=dict)
-    status_code: StatusCode = StatusCode.UNSET
-    status_message: str = ""
-    trace_state: str = ""
-    links: list[SpanLink] = field(default_factory=list)
+    parent_span_id: bytes  # empty for a root span
+    attributes: dict[str, AttributeValue]
+    status_code: StatusCode
+    status_message: str
+    trace_state: str
+    links: list[SpanLink]
     #: Instrumentation scope name for the protocol that produced it.
-    scope: str = "otelbpf"
+    scope: str
     #: Protocol id (``protocols/<id>``) that produced it: selects its metric
     #: instruments (otelbpf/registry.py). Not exported as such.
-    protocol: str = ""
+    protocol: str
+
+    def __init__(self, trace_id, span_id, name, kind, start_ns, end_ns, pid, parent_span_id=b"",
+                 attributes=None, status_code=StatusCode.UNSET, status_message="", trace_state="",
+                 links=None, scope="otelbpf", protocol="") -> None:
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.name = name
+        self.kind = kind
+        self.start_ns = start_ns
+        self.end_ns = end_ns
+        self.pid = pid
+        self.parent_span_id = parent_span_id
+        self.attributes = {} if attributes is None else attributes
+        self.status_code = status_code
+        self.status_message = status_message
+        self.trace_state = trace_state
+        self.links = [] if links is None else links
+        self.scope = scope
+        self.protocol = protocol
 
 
 def new_trace_id() -> bytes:

@@ -117,7 +117,13 @@ class Exchange(Protocol):
         ...
 
 
-@dataclass(slots=True)
+# The session events below are built per exchange. Written as a dataclass over an
+# explicit ``__init__`` and ``__slots__``, they stay slotted dataclasses as plain
+# Python and become extension types with a C ``__init__`` when Cython compiles this
+# module (base.pxd declares their fields).
+
+
+@dataclass
 class ExchangeStarted:
     """A request's head has been parsed: assign span IDs now.
 
@@ -125,7 +131,11 @@ class ExchangeStarted:
     request is being served can name it as parent.
     """
 
+    __slots__ = ("exchange",)
     exchange: Exchange
+
+    def __init__(self, exchange) -> None:
+        self.exchange = exchange
 
 
 class Phase(enum.IntEnum):
@@ -136,7 +146,7 @@ class Phase(enum.IntEnum):
     RESPONSE_BODY = 3  # response body bytes (``data``), e.g. one SSE chunk
 
 
-@dataclass(slots=True)
+@dataclass
 class ExchangeProgress:
     """Something happened inside an open exchange, at ``ts_ns``.
 
@@ -145,26 +155,41 @@ class ExchangeProgress:
     is kept of them is the consumer's decision.
     """
 
+    __slots__ = ("exchange", "phase", "ts_ns", "data")
     exchange: Exchange
     phase: Phase
     ts_ns: int
-    data: bytes = b""
+    data: bytes
+
+    def __init__(self, exchange, phase, ts_ns, data=b"") -> None:
+        self.exchange = exchange
+        self.phase = phase
+        self.ts_ns = ts_ns
+        self.data = data
 
 
-@dataclass(slots=True)
+@dataclass
 class ExchangeCompleted:
     """The exchange is over: its response finished (``exchange.outcome`` COMPLETE),
     or the session ended it abnormally (outcome says why)."""
 
+    __slots__ = ("exchange",)
     exchange: Exchange
 
+    def __init__(self, exchange) -> None:
+        self.exchange = exchange
 
-@dataclass(slots=True)
+
+@dataclass
 class ExchangeAbandoned:
     """The session gave up on the exchange (``exchange.outcome`` says why,
     ``exchange.abandoned_ns`` when). Ends it like :class:`ExchangeCompleted`."""
 
+    __slots__ = ("exchange",)
     exchange: Exchange
+
+    def __init__(self, exchange) -> None:
+        self.exchange = exchange
 
 
 SessionEvent = ExchangeStarted | ExchangeProgress | ExchangeCompleted | ExchangeAbandoned

@@ -66,3 +66,18 @@ cdef object _new_request(str start_line)
 cdef object _new_response(str start_line)
 cdef tuple _body_framing(list headers)
 cdef bint _is_version(str text) except -1
+
+
+# The parser's events: extension types with a C __init__ (fields as in parse.py).
+cdef class HeadComplete:
+    cdef public object message
+
+
+cdef class BodyData:
+    cdef public object message
+    cdef public object data
+    cdef public object ts_ns
+
+
+cdef class MessageComplete:
+    cdef public object message

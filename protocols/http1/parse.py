@@ -127,27 +127,41 @@ def looks_like_response_start(data: bytes) -> bool:
     return _RESPONSE_START.match(data) is not None
 
 
-@dataclass(slots=True)
+@dataclass
 class HeadComplete:
     """A message's start line and headers are parsed; its body may follow."""
 
+    __slots__ = ("message",)
     message: HttpMessage
 
+    def __init__(self, message) -> None:
+        self.message = message
 
-@dataclass(slots=True)
+
+@dataclass
 class BodyData:
     """Body bytes of ``message`` (de-chunked), moved by a syscall at ``ts_ns``."""
 
+    __slots__ = ("message", "data", "ts_ns")
     message: HttpMessage
     data: bytes
     ts_ns: int
 
+    def __init__(self, message, data, ts_ns) -> None:
+        self.message = message
+        self.data = data
+        self.ts_ns = ts_ns
 
-@dataclass(slots=True)
+
+@dataclass
 class MessageComplete:
     """A message is over: body done, or abandoned (``message.complete`` False)."""
 
+    __slots__ = ("message",)
     message: HttpMessage
+
+    def __init__(self, message) -> None:
+        self.message = message
 
 
 ParserEvent = HeadComplete | BodyData | MessageComplete

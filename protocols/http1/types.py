@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from protocols.base import ExchangeKind, Outcome
 
@@ -10,28 +10,51 @@ from protocols.base import ExchangeKind, Outcome
 PROTOCOL = "http1"
 
 
-@dataclass(slots=True)
+# These classes are built once or more per request. Written as a dataclass over an
+# explicit ``__init__`` and ``__slots__`` (fields as bare annotations, defaults in
+# ``__init__``), they stay slotted dataclasses as plain Python (eq, repr,
+# ``dataclasses.replace``) and become extension types with a C ``__init__`` when
+# Cython compiles this module (types.pxd declares their fields). ``None`` stands
+# for a fresh empty list.
+
+
+@dataclass
 class HttpMessageBase:
-    version: str = "1.1"  # "1.0" or "1.1"
+    __slots__ = ("version", "headers", "start_ns", "head_end_ns", "end_ns", "body_size", "body",
+                 "body_truncated", "complete", "trailers")
+    version: str  # "1.0" or "1.1"
     #: Header fields in order; names lower-cased, values latin-1 decoded and stripped.
-    headers: list[tuple[str, str]] = field(default_factory=list)
-    start_ns: int = 0  # timestamp of the chunk holding the first byte
-    head_end_ns: int = 0  # timestamp of the chunk that completed the head
-    end_ns: int = 0  # timestamp of the chunk holding the last byte
+    headers: list[tuple[str, str]]
+    start_ns: int  # timestamp of the chunk holding the first byte
+    head_end_ns: int  # timestamp of the chunk that completed the head
+    end_ns: int  # timestamp of the chunk holding the last byte
     #: Body length in bytes as it crossed the socket (decoded length for chunked),
     #: counting bytes that were not captured.
-    body_size: int = 0
+    body_size: int
     #: Prefix of the (de-chunked) body kept for the consumer: at most the
     #: ``body_limit`` the consumer gave the parser. Every captured body byte
     #: is also reported as a ``BodyData`` event, whatever this keeps.
-    body: bytes = b""
+    body: bytes
     #: Some body bytes were never seen (capture size, sendfile, gaps).
-    body_truncated: bool = False
+    body_truncated: bool
     #: False when the message ended without its framing being satisfied
     #: (connection closed mid-body, body length unknown and never ended, ...).
-    complete: bool = True
+    complete: bool
     #: Trailer fields of a chunked body, like ``headers``.
-    trailers: list[tuple[str, str]] = field(default_factory=list)
+    trailers: list[tuple[str, str]]
+
+    def __init__(self, version="1.1", headers=None, start_ns=0, head_end_ns=0, end_ns=0, body_size=0,
+                 body=b"", body_truncated=False, complete=True, trailers=None) -> None:
+        self.version = version
+        self.headers = [] if headers is None else headers
+        self.start_ns = start_ns
+        self.head_end_ns = head_end_ns
+        self.end_ns = end_ns
+        self.body_size = body_size
+        self.body = body
+        self.body_truncated = body_truncated
+        self.complete = complete
+        self.trailers = [] if trailers is None else trailers
 
     def header(self, name: str) -> str | None:
         """First value of header ``name`` (lower-case), or None."""
@@ -41,44 +64,91 @@ class HttpMessageBase:
         return None
 
 
-@dataclass(slots=True)
+@dataclass
 class HttpRequest(HttpMessageBase):
-    method: str = ""
-    target: str = ""  # request-target as sent: path with query, or absolute-form
+    __slots__ = ("method", "target")
+    method: str
+    target: str  # request-target as sent: path with query, or absolute-form
+
+    def __init__(self, version="1.1", headers=None, start_ns=0, head_end_ns=0, end_ns=0, body_size=0,
+                 body=b"", body_truncated=False, complete=True, trailers=None, method="", target="") -> None:
+        self.version = version
+        self.headers = [] if headers is None else headers
+        self.start_ns = start_ns
+        self.head_end_ns = head_end_ns
+        self.end_ns = end_ns
+        self.body_size = body_size
+        self.body = body
+        self.body_truncated = body_truncated
+        self.complete = complete
+        self.trailers = [] if trailers is None else trailers
+        self.method = method
+        self.target = target
 
 
-@dataclass(slots=True)
+@dataclass
 class HttpResponse(HttpMessageBase):
-    status: int = 0
-    reason: str = ""
+    __slots__ = ("status", "reason", "informational")
+    status: int
+    reason: str
     #: Status codes of interim 1xx responses that preceded this one.
-    informational: list[int] = field(default_factory=list)
+    informational: list[int]
+
+    def __init__(self, version="1.1", headers=None, start_ns=0, head_end_ns=0, end_ns=0, body_size=0,
+                 body=b"", body_truncated=False, complete=True, trailers=None, status=0, reason="",
+                 informational=None) -> None:
+        self.version = version
+        self.headers = [] if headers is None else headers
+        self.start_ns = start_ns
+        self.head_end_ns = head_end_ns
+        self.end_ns = end_ns
+        self.body_size = body_size
+        self.body = body
+        self.body_truncated = body_truncated
+        self.complete = complete
+        self.trailers = [] if trailers is None else trailers
+        self.status = status
+        self.reason = reason
+        self.informational = [] if informational is None else informational
 
 
-@dataclass(slots=True)
+@dataclass
 class HttpExchange:
     """One request and its response, from one side of one connection
     (an ``Exchange`` of protocols/base.py)."""
 
+    __slots__ = ("request", "response", "kind", "outcome", "protocol", "abandoned_ns", "correlation_key",
+                 "reports_progress")
     request: HttpRequest
-    response: HttpResponse | None = None
+    response: HttpResponse | None
     #: SERVER when the traced process read the request, CLIENT when it wrote it.
-    kind: ExchangeKind = ExchangeKind.SERVER
+    kind: ExchangeKind
     #: How it ended: COMPLETE, CONNECTION_CLOSED (closed before the response
     #: finished), RESPONSE_MISSING, EVICTED (too many outstanding), or what
     #: the pipeline decided for an exchange its session never ended.
-    outcome: Outcome = Outcome.COMPLETE
-    protocol: str = PROTOCOL
+    outcome: Outcome
+    protocol: str
     #: When the exchange was given up (the close's timestamp; for EVICTED the
     #: timestamp of the request that pushed it out); 0 when its response ended
     #: it. Lets a span end at the moment it was abandoned rather than when its
     #: request ended.
-    abandoned_ns: int = 0
+    abandoned_ns: int
     #: HTTP/1.x answers in order: no key, FIFO pairing.
-    correlation_key: None = None
+    correlation_key: None
     #: Whether its session reports its progress (set at start from the
     #: detector's ``progress_filter``; base.py).
-    reports_progress: bool = False
+    reports_progress: bool
+
+    def __init__(self, request, response=None, kind=ExchangeKind.SERVER, outcome=Outcome.COMPLETE,
+                 protocol=PROTOCOL, abandoned_ns=0, correlation_key=None, reports_progress=False) -> None:
+        self.request = request
+        self.response = response
+        self.kind = kind
+        self.outcome = outcome
+        self.protocol = protocol
+        self.abandoned_ns = abandoned_ns
+        self.correlation_key = correlation_key
+        self.reports_progress = reports_progress
 
     @property
     def start_ns(self) -> int:

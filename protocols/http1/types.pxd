@@ -1,0 +1,39 @@
+# C types for types.py when Cython compiles it (setup.py). The logic lives only in
+# types.py; this file makes the HTTP/1 messages and exchange extension types (a C
+# __init__ instead of the interpreted one a dataclass generates). Every field the
+# .py declares must be here; all are objects, so values behave as in plain Python.
+
+
+cdef class HttpMessageBase:
+    cdef public object version
+    cdef public object headers
+    cdef public object start_ns
+    cdef public object head_end_ns
+    cdef public object end_ns
+    cdef public object body_size
+    cdef public object body
+    cdef public object body_truncated
+    cdef public object complete
+    cdef public object trailers
+
+
+cdef class HttpRequest(HttpMessageBase):
+    cdef public object method
+    cdef public object target
+
+
+cdef class HttpResponse(HttpMessageBase):
+    cdef public object status
+    cdef public object reason
+    cdef public object informational
+
+
+cdef class HttpExchange:
+    cdef public object request
+    cdef public object response
+    cdef public object kind
+    cdef public object outcome
+    cdef public object protocol
+    cdef public object abandoned_ns
+    cdef public object correlation_key
+    cdef public object reports_progress
