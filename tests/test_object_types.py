@@ -97,3 +97,19 @@ def test_compiled_build_makes_extension_types(cls, args):
         pytest.skip(f"{cls.__module__} runs as plain Python here")
     # an extension type's __init__ is a C slot, not a Python function
     assert not inspect.isfunction(cls.__init__), f"{cls.__name__}.__init__ is interpreted"
+
+
+def test_trace_groups_merge_to_one_root_and_compile_to_an_extension_type():
+    """TraceGroup (one per request) is an extension type when compiled, its parent link
+    typed; merging keeps one root whose trace id every member reports, pending and held
+    moved to it, and the walk halves paths."""
+    a, b, c = TraceGroup(b"a" * 16, "x=1"), TraceGroup(b"b" * 16), TraceGroup(b"c" * 16)
+    a.pending, a.held = 2, ["span-a"]
+    assert a.merge_into(b) is b and b.merge_into(c) is c
+    assert [g.trace_id for g in (a, b, c)] == [b"c" * 16] * 3 and a.trace_state == ""
+    assert (c.pending, c.held, a.pending, a.held) == (2, ["span-a"], 0, [])
+    assert a.root() is c and a._parent is c  # halved
+    with pytest.raises(AttributeError):
+        a.extra = 1
+    if _compiled(TraceGroup):
+        assert not inspect.isfunction(TraceGroup.__init__)
