@@ -14,6 +14,7 @@ import socket
 import threading
 import time
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Iterator, Mapping
 
 import pytest
@@ -881,3 +882,31 @@ def test_per_process_sums_are_cumulative_monotonic_under_each_process_resource()
     point = launches.sum.data_points[0]
     assert 0 < point.start_time_unix_nano < point.time_unix_nano
     assert launches.unit == "{launch}" and second[(7, "x.reserved")].gauge.data_points[0].as_int == 10
+
+
+def test_instruments_are_chosen_by_kind_exactly_as_their_selectors_would() -> None:
+    """SpanMetrics sorts of_kind instruments by kind once; spans of every kind, odd ones
+    included (an int that is no SpanKind, a bool, an unhashable value, a non-dict attributes
+    mapping), land in the instruments whose selectors accept them, and record never raises."""
+    any_kind = SpanHistogram(
+        name="any.duration", unit="s", description="Every span.", boundaries=(1.0,),
+        attributes=("http.request.method",), select=lambda s: True,
+    )  # fmt: skip
+    instruments = (*HTTP1_INSTRUMENTS, any_kind)
+    metrics = SpanMetrics(RESOURCES, {"http1": instruments})
+    kinds: list[Any] = [*SpanKind, 9, True, 2.0, [2]]
+    for kind in kinds:
+        metrics.record(span(kind=kind))
+    odd_mapping = span(kind=SpanKind.CLIENT)
+    odd_mapping.attributes = MappingProxyType(dict(odd_mapping.attributes))
+    metrics.record(odd_mapping)
+
+    def expected(instrument: SpanHistogram) -> int:
+        return sum(1 for kind in kinds if instrument.select(span(kind=kind))) + bool(instrument.select(odd_mapping))
+
+    (process,) = metrics.collect().processes
+    for instrument in instruments:
+        assert sum(point.count for point in process.points(instrument.name)) == expected(instrument), instrument.name
+    assert expected(any_kind) == len(kinds) + 1 and process.points(CLIENT_DURATION)[0].attributes[
+        "http.request.method"
+    ] == "GET"

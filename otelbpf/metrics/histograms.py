@@ -55,7 +55,7 @@ from typing import Any, Mapping, Sequence
 
 from otelbpf import semconv as sc
 from otelbpf.metrics.instruments import SpanHistogram
-from otelbpf.model import AttributeValue, ResourceLookup, SpanRecord
+from otelbpf.model import AttributeValue, ResourceLookup, SpanKind, SpanRecord
 
 _log = logging.getLogger(__name__)
 
@@ -120,6 +120,32 @@ class SpanMetricsCollection:
     expired: int = 0
 
 
+def _dict_key(attributes: dict, keys: tuple) -> tuple:
+    """A series key: the values of ``keys`` in ``attributes`` (None where absent). Its own
+    function so that the compiled build types it (histograms.pxd): C dict lookups, no bound
+    ``get`` called per key."""
+    return tuple([attributes.get(key) for key in keys])
+
+
+def _by_kind(groups: tuple) -> dict:
+    """``groups`` for each span kind: instruments whose ``select`` is a kind test (``of_kind``)
+    kept only under their kind, with no selector left to call; under None, ``groups`` as they are
+    (for a kind value that is none of ``SpanKind``'s)."""
+    table: dict = {None: groups}
+    for kind in SpanKind:
+        narrowed = []
+        for required, instruments in groups:
+            kept = tuple(
+                (index, None if getattr(select, "kind", None) is not None else select, value, keys, boundaries)
+                for index, select, value, keys, boundaries in instruments
+                if getattr(select, "kind", kind) == kind
+            )
+            if kept:
+                narrowed.append((required, kept))
+        table[int(kind)] = tuple(narrowed)
+    return table
+
+
 class _Process:
     __slots__ = ("pid", "resource", "tables")
 
@@ -147,8 +173,9 @@ class SpanMetrics:
             raise ValueError(f"series_ttl_s must be positive or None, got {series_ttl_s!r}")
         #: Every distinct instrument, indexed (an instrument may serve several protocols).
         self._instruments: list[SpanHistogram] = []
-        #: protocol -> ((required attribute or "", ((index, select, value, attribute keys,
-        #: boundaries), ...)), ...): what record() iterates, grouped by ``requires``.
+        #: protocol -> span kind (None: any other value) -> ((required attribute or "",
+        #: ((index, select, value, attribute keys, boundaries), ...)), ...): what record()
+        #: iterates, grouped by ``requires``; ``select`` is None where the kind decided it.
         self._by_protocol: dict[str, tuple[tuple[str, tuple[tuple[int, Any, Any, tuple[str, ...], tuple[float, ...]], ...]], ...]] = {}
         for protocol, definitions in instruments.items():
             groups: dict[str, list] = {}
@@ -160,7 +187,9 @@ class SpanMetrics:
                     (index, instrument.select, instrument.value, tuple(instrument.attributes), tuple(instrument.boundaries))
                 )
             if groups:
-                self._by_protocol[protocol] = tuple((required, tuple(group)) for required, group in groups.items())
+                self._by_protocol[protocol] = _by_kind(
+                    tuple((required, tuple(group)) for required, group in groups.items())
+                )
         self._lookup = resources.attributes
         self._max_series = max_series
         self._ttl_s = series_ttl_s
@@ -182,9 +211,15 @@ class SpanMetrics:
     def record(self, span: SpanRecord) -> None:
         """Add a finished span to the histograms of its protocol's instruments. Never raises."""
         try:
-            groups = self._by_protocol.get(span.protocol)
-            if groups is None:
+            by_kind = self._by_protocol.get(span.protocol)
+            if by_kind is None:
                 return
+            try:
+                groups = by_kind.get(span.kind)
+            except TypeError:  # an unhashable kind: every selector decides, as for any odd kind
+                groups = None
+            if groups is None:
+                groups = by_kind[None]
             attributes = span.attributes
             get = attributes.get
             measurements = []
@@ -192,10 +227,11 @@ class SpanMetrics:
                 if required and required not in attributes:
                     continue
                 for index, select, value_of, keys, boundaries in instruments:
-                    if select(span):
+                    if select is None or select(span):
                         value = value_of(span)
                         bucket = _BUCKET_0 + bisect_left(boundaries, value)
-                        measurements.append((index, tuple(map(get, keys)), value, bucket))
+                        key = _dict_key(attributes, keys) if type(attributes) is dict else tuple(map(get, keys))
+                        measurements.append((index, key, value, bucket))
             if not measurements:
                 return
             pid = span.pid

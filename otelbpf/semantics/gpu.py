@@ -694,9 +694,15 @@ class GpuSpanConsumer:
         self.state = state
         metrics = getattr(consumer, "span_metrics", None)
         self._record_only = metrics.record if metrics is not None else None
+        self._consumer_on_end = consumer.on_end
 
     def on_end(self, span: SpanRecord) -> None:
         state = self.state
+        if not (state.deferred or state.folded or state.entries or state.launches or state.folds
+                or state.holds.collectives):
+            # nothing GPU pending (always so for a host without GPU calls): one check, no _pass frame
+            self._consumer_on_end(span)
+            return
         if state.deferred:
             state.settle_deferred()
         if state.folded and span.span_id in state.folded:
@@ -737,7 +743,7 @@ class GpuSpanConsumer:
                 span.attributes[sc.OTELBPF_GPU_FOLDED_CALLS_FUNCTION] = functions
                 span.attributes[sc.OTELBPF_GPU_FOLDED_CALLS_COUNT] = [folds[f][0] for f in functions]
                 span.attributes[sc.OTELBPF_GPU_FOLDED_CALLS_DURATION] = [folds[f][1] for f in functions]
-        self._consumer.on_end(span)
+        self._consumer_on_end(span)
 
     def __getattr__(self, name):
         return getattr(self._consumer, name)
