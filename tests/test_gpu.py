@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 
 import pytest
 from hypothesis import given, settings
@@ -311,17 +312,43 @@ def test_the_hold_lets_incomplete_collectives_go_unmarked_and_counted():
     from otelbpf.selfmetrics import Counters
     from otelbpf.semantics.nccl_lateness import CollectiveHold
 
-    now = [0]
     counters = Counters()
-    hold = CollectiveHold(counters, timeout_ns=100, max_spans=2, clock=lambda: now[0])
-    a, b, c, d = (nccl_span(i) for i in range(4))
+    hold = CollectiveHold(counters, timeout_ns=100, max_spans=2)
+    a, b, c, d = (nccl_span(i) for i in range(4))  # each ends at 1 on the events' clock
     assert hold.add(a, entry(0, seq=1)) == [] and hold.add(b, entry(0, seq=2)) == []
     assert hold.add(c, entry(0, seq=3)) == [a]  # over the size cap: the oldest collective leaves
     assert hold.add(d, entry(0, seq=3)) == [d]  # the same rank twice in one collective: not guessed
-    now[0] = 150
-    assert hold.expire() == [b, c] and hold.held == 0  # past the timeout
+    assert hold.expire(now_ns=100) == [] and hold.expire(now_ns=50) == []  # not yet; the clock never goes back
+    assert hold.expire(now_ns=101) == [b, c] and hold.held == 0  # past the timeout
     assert counters.get("otelbpf.nccl.spans.unmatched") == 4
     assert all("otelbpf.nccl.last_to_enter" not in s.attributes for s in (a, b, c, d))
+
+
+def test_an_agent_stalled_between_the_ranks_spans_still_matches_the_collective():
+    """The hold's timeout runs on the events' clock: ranks whose calls returned a millisecond
+    apart are matched however long the agent took between handling them (here: a wall-clock
+    pause would have been seconds); only events' time past the timeout lets them go."""
+    from otelbpf.model import SpanKind, SpanRecord
+    from otelbpf.selfmetrics import Counters
+    from otelbpf.semantics.nccl_lateness import CollectiveHold
+
+    def ending(n, end_ns):
+        return SpanRecord(bytes(16), n.to_bytes(8, "big"), "ncclAllReduce", SpanKind.INTERNAL, end_ns - 5, end_ns, 1)
+
+    counters = Counters()
+    hold = CollectiveHold(counters, timeout_ns=gpu.HOLD_TIMEOUT_NS)
+    base = 10**12
+    assert hold.add(ending(0, base), entry(0, ts=base - 5)) == []
+    time.sleep(0.01)  # the agent's own pauses do not count
+    assert hold.expire(now_ns=base + 1_000_000) == []
+    assert len(hold.add(ending(1, base + 1_000), entry(1, ts=base - 4))) == 0
+    out = hold.add(ending(2, base + 2_000), entry(2, ts=base - 3))
+    assert len(out) == 3 and counters.get("otelbpf.nccl.spans.unmatched", 0) == 0
+    assert hold.add(ending(3, base + 3_000), entry(0, seq=2)) == []
+    # held since the clock's latest reading (base + 1 ms), let go once the events' clock is past the timeout
+    assert hold.expire(now_ns=base + 1_000_000 + gpu.HOLD_TIMEOUT_NS - 1) == []
+    assert len(hold.expire(now_ns=base + 1_000_000 + gpu.HOLD_TIMEOUT_NS)) == 1
+    assert counters.get("otelbpf.nccl.spans.unmatched") == 1
 
 
 def test_collective_spans_of_a_communicator_with_a_rank_elsewhere_stop_being_held():
@@ -446,14 +473,14 @@ def test_every_held_span_leaves_exactly_once_whatever_the_entries(entries):
 
     now = [0]
     counters = Counters()
-    hold = CollectiveHold(counters, timeout_ns=5, max_spans=7, clock=lambda: now[0])
+    hold = CollectiveHold(counters, timeout_ns=5, max_spans=7)
     added, out = [], []
     for n, (seq, rank, ts, step) in enumerate(entries):
         now[0] += step
         span = nccl_span(n)
         added.append(span.span_id)
-        out += hold.add(span, entry(rank, seq=seq, ts=ts, nranks=3))
-        out += hold.expire()
+        out += hold.add(span, entry(rank, seq=seq, ts=ts, nranks=3), now_ns=now[0])
+        out += hold.expire(now_ns=now[0])
     out += hold.expire(everything=True)
     assert sorted(s.span_id for s in out) == sorted(added) and hold.held == 0
     marked = [s for s in out if "otelbpf.nccl.last_to_enter" in s.attributes]

@@ -717,14 +717,14 @@ class GpuSpanConsumer:
         else:
             self._pass(span)
         if state.holds.collectives:
-            for late in state.holds.expire():
+            for late in state.holds.expire(now_ns=span.end_ns):
                 self._pass(late)
 
     def tick(self, now_ns: int, final: bool) -> None:
         """After each batch: collectives held past the timeout leave, even on an idle agent;
         when the pipeline finishes, every held span leaves (unmarked when its collective is not whole)."""
         if self.state.holds.collectives:
-            for held in self.state.holds.expire(everything=final):
+            for held in self.state.holds.expire(everything=final, now_ns=now_ns):
                 self._pass(held)
 
     def _pass(self, span: SpanRecord) -> None:

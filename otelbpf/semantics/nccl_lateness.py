@@ -20,11 +20,15 @@ is pushed out by ``max_spans`` leaves unmarked, counted in
 ``otelbpf.nccl.spans.unmatched``. The timeout is checked whenever a span
 passes, at the pipeline's ticks (after each batch, and once a second on an
 idle agent) and when the pipeline finishes.
+
+The timeout runs on the events' clock (the latest span end or tick seen),
+never on the agent's: an agent that stalls (starved of CPU on a busy node,
+or busy scanning a new process's libraries) must not let a collective go
+unmatched whose ranks' calls all returned within a millisecond.
 """
 
 from __future__ import annotations
 
-import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -60,22 +64,24 @@ class _Collective:
 class CollectiveHold:
     """Holds the spans of one collective until all its ranks' spans are in, then marks them."""
 
-    def __init__(self, counters=None, timeout_ns: int = HOLD_TIMEOUT_NS, max_spans: int = MAX_HELD_SPANS,
-                 clock=time.monotonic_ns) -> None:  # fmt: skip
+    def __init__(self, counters=None, timeout_ns: int = HOLD_TIMEOUT_NS, max_spans: int = MAX_HELD_SPANS) -> None:
         self.counters = counters
         self.timeout_ns = timeout_ns
         self.max_spans = max_spans
-        self.clock = clock
+        #: The events' clock: the latest span end or tick time seen (ns), never taken back.
+        self.now_ns = 0
         #: (unique id, sequence number) -> the collective's spans so far, oldest first
         self.collectives: OrderedDict[tuple[str, int], _Collective] = OrderedDict()
         self.held = 0
 
-    def add(self, span: SpanRecord, entry: Entry) -> list[SpanRecord]:
-        """Hold ``span``; the spans that may leave now (its collective's, marked, once complete)."""
+    def add(self, span: SpanRecord, entry: Entry, now_ns: int | None = None) -> list[SpanRecord]:
+        """Hold ``span``; the spans that may leave now (its collective's, marked, once complete).
+        ``now_ns``: the events' clock now (default: the span's end)."""
+        self.advance(span.end_ns if now_ns is None else now_ns)
         key = (entry.unique_id, entry.seq)
         collective = self.collectives.get(key)
         if collective is None:
-            collective = self.collectives[key] = _Collective(entry.nranks, self.clock())
+            collective = self.collectives[key] = _Collective(entry.nranks, self.now_ns)
         if entry.rank in collective.spans:  # sequence numbers out of step (a call missed): do not guess
             self._count(1)
             return [span]
@@ -90,12 +96,19 @@ class CollectiveHold:
             out += self._drop_oldest()
         return out
 
-    def expire(self, everything: bool = False) -> list[SpanRecord]:
-        """Let go, unmarked, of collectives held past the timeout (all of them with ``everything``)."""
+    def advance(self, now_ns: int) -> None:
+        """The events' clock moved to ``now_ns`` (ignored if behind)."""
+        if now_ns > self.now_ns:
+            self.now_ns = now_ns
+
+    def expire(self, everything: bool = False, now_ns: int = 0) -> list[SpanRecord]:
+        """Let go, unmarked, of collectives held past the timeout on the events' clock, advanced
+        to ``now_ns`` first (all of them with ``everything``)."""
+        self.advance(now_ns)
         out: list[SpanRecord] = []
         if not self.collectives:
             return out
-        deadline = self.clock() - self.timeout_ns
+        deadline = self.now_ns - self.timeout_ns
         while self.collectives:
             oldest = next(iter(self.collectives.values()))
             if not everything and oldest.held_since_ns > deadline:
