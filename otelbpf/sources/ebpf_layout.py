@@ -14,6 +14,13 @@ import socket
 import struct
 from typing import Iterable
 
+try:
+    import cython
+except ImportError:  # Cython not installed: run as plain Python
+
+    class cython:  # type: ignore[no-redef]  # noqa: N801 - stands in for the module
+        compiled = False
+
 from otelbpf.events import (
     CallEvent,
     ConnClose,
@@ -117,6 +124,9 @@ def regs_cflags(machine: str) -> list[str]:
 
 _DIRECTIONS = (Direction.INGRESS, Direction.EGRESS)
 
+if cython.compiled:  # decode() reads headers through ebpf_layout.pxd's struct: it must be HEADER
+    assert cython.sizeof(EventHeader) == HEADER.size, "ebpf_layout.pxd EventHeader differs from HEADER"
+
 
 def format_address(family: int, raw: bytes) -> str:
     if family == socket.AF_INET:
@@ -150,15 +160,49 @@ class RecordDecoder:
             if len(raw) < header_size:
                 self.malformed += 1
                 continue
-            ts, conn_id, tgid, tid, fd, kind, direction, flags, source, total, captured, task_id = unpack_header(raw)
+            if cython.compiled and type(raw) is bytes:
+                # the header read in place as struct event_hdr (ebpf_layout.pxd): no tuple of ints
+                start = raw
+                header = cython.cast(EventHeaderPtr, start)
+                ts = header.ts_ns
+                conn_id = header.conn_id
+                tgid = header.tgid
+                tid = header.tid
+                fd = header.fd
+                kind = header.kind
+                direction = header.direction
+                flags = header.flags
+                source = header.source
+                total = header.total_len
+                captured = header.captured_len
+                task_id = header.task_id
+            else:
+                ts, conn_id, tgid, tid, fd, kind, direction, flags, source, total, captured, task_id = unpack_header(raw)
             ts += offset
             if kind == EV_DATA:
                 data = raw[header_size : header_size + captured]
-                out.append(
-                    DataEvent(
-                        ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, flags, task_id, source
+                if cython.compiled:
+                    # the C fields filled directly: no argument tuple to parse for the C __init__
+                    # (tests/test_compiled.py: compiled and pure decode the same events)
+                    event = DataEvent.__new__(DataEvent)
+                    event.ts_ns = ts
+                    event.pid = tgid
+                    event.tid = tid
+                    event.fd = fd
+                    event.conn_id = conn_id
+                    event.direction = _DIRECTIONS[direction & 1]
+                    event.total_len = total
+                    event.data = data
+                    event.flags = flags
+                    event.task_id = task_id
+                    event.source = source
+                    out.append(event)
+                else:
+                    out.append(
+                        DataEvent(
+                            ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, flags, task_id, source
+                        )
                     )
-                )
             elif kind == EV_DATAGRAM:
                 out.append(self._datagram(raw, ts, tgid, tid, fd, conn_id, direction, flags, source, total, captured, task_id))
             elif kind == EV_CONN_OPEN:

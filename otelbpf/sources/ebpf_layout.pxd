@@ -1,0 +1,36 @@
+# C types for ebpf_layout.py when Cython compiles it (setup.py). The logic lives
+# only in ebpf_layout.py. RecordDecoder becomes an extension type whose decode()
+# reads a record's header (struct event_hdr, bpf/capture.h) as a C struct at the
+# record's start, instead of building a 12-int tuple with struct.unpack_from per
+# record. The field order and widths here are HEADER's ("<QQIIiBBBBIIQ", 48 bytes,
+# no padding); ebpf_layout.py checks sizeof against HEADER.size at import, and
+# tests/test_ebpf_layout.py checks HEADER against capture.h compiled by the C
+# compiler.
+cimport cython as cy
+from otelbpf.events cimport DataEvent
+
+cdef struct EventHeader:
+    unsigned long long ts_ns
+    unsigned long long conn_id
+    unsigned int tgid
+    unsigned int tid
+    int fd
+    unsigned char kind
+    unsigned char direction
+    unsigned char flags
+    unsigned char source
+    unsigned int total_len
+    unsigned int captured_len
+    unsigned long long task_id
+
+ctypedef EventHeader *EventHeaderPtr
+
+
+cdef class RecordDecoder:
+    cdef public object clock_offset_ns
+    cdef public Py_ssize_t malformed
+    cdef public dict probe_names
+
+    @cy.locals(out=list, header_size=Py_ssize_t, header=EventHeaderPtr, start=cy.p_char,
+               captured=Py_ssize_t, event=DataEvent, kind=cy.int, direction=cy.int)
+    cpdef list decode(self, records)
