@@ -4,6 +4,7 @@
 # Attributes not declared here still work (the instance keeps a __dict__ for them),
 # only slower: declare the ones the hot path reads.
 cimport cython as cy
+from otelbpf.association cimport Linker
 from otelbpf.connections cimport Connection, ConnectionTable
 from otelbpf.events cimport DataEvent
 from otelbpf.identity cimport SpanStart
@@ -18,7 +19,7 @@ cdef class Pipeline:
     cdef public object registry
     cdef public object on_new_process
     cdef public object on_process_exit
-    cdef public object linker
+    cdef public Linker linker
     cdef public ConnectionTable table
     cdef public dict progress_observers
     cdef dict _progress_wanted
