@@ -13,3 +13,15 @@ cdef class Http1Semantics:
 
     @cy.locals(request=HttpRequest, response=HttpResponse, attrs=dict)
     cpdef span(self, SpanStart start, HttpExchange exchange, Connection conn, options)
+    @staticmethod
+    cdef object _server_attributes(method, path, query, host_header, Connection conn, options, dict attrs)
+    @staticmethod
+    cdef object _client_attributes(method, path, query, host_header, Connection conn, options, dict attrs)
+
+
+# Module helpers called per span: C calls from span(), Python functions still (http2.py
+# imports some).
+cpdef derive_route(path)
+cpdef tuple split_target(target)
+cpdef tuple _host_and_user_agent(headers)
+cpdef tuple split_host(host, default_port)
