@@ -24,6 +24,8 @@ cdef class Linker:
 
     @cy.locals(start=SpanStart)
     cpdef SpanStart start(self, conn, exchange, kind, pid, tid, ts_ns, task_id=*)
+    @staticmethod
+    cdef object _pair(conn, exchange, kind)
     @cy.locals(start=SpanStart)
     cpdef SpanStart start_call(self, pid, tid, ts_ns, task_id=*, off_request=*)
     @cy.locals(client=SpanStart)
@@ -38,6 +40,7 @@ cdef class Linker:
     cdef void _close_window(self, SpanStart start) except *
 
 
+cpdef tuple pair_key(conn, kind)
 @cy.locals(root=TraceGroup)
 cpdef list hold_or_release(SpanRecord span, SpanStart start)
 @cy.locals(root=TraceGroup, held=list, span=SpanRecord)
