@@ -147,7 +147,7 @@ class Linker:
         protocols/base.py), which started at ``ts_ns`` on ``conn``."""
         remote = extract_parent(exchange.carrier())
         message = getattr(exchange, "message_key", None)
-        pair = self._pair(conn, exchange, kind) if message is None else None
+        pair = Linker._pair(conn, exchange, kind) if message is None else None
         receiving = kind in _RECEIVING
         if message is not None and receiving and remote is None:
             start = self._receive_message(message, exchange.sole_reader, kind, pid, tid)

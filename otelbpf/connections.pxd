@@ -3,6 +3,37 @@
 # per-event step (_feed) is a C call. Attributes not declared here still work (the
 # instance keeps a __dict__ for them), only slower.
 cimport cython as cy
+from otelbpf.events cimport DataEvent
+
+
+# One per connection, read several times per request (the pipeline, the span semantics):
+# an extension type, so that callers typing it (pipeline.pxd, semantics/common.pxd) read
+# its fields as C struct fields. Every attribute connections.py sets must be here.
+cdef class Connection:
+    cdef public object conn_id
+    cdef public object pid
+    cdef public object fd
+    cdef public object family
+    cdef public object local_addr
+    cdef public object local_port
+    cdef public object peer_addr
+    cdef public object peer_port
+    cdef public object role_hint
+    cdef public object comm
+    cdef public object sock_id
+    cdef public object peer_sock_id
+    cdef public object opened_ns
+    cdef public object session
+    cdef public object unrecognized
+    cdef public object sendfile_ns
+    cdef public object source
+    cdef public object datagram
+    cdef public object key
+    cdef public dict exchanges
+    cdef public object end_outcome
+    cdef public object shed
+    cdef public list _probe_events
+    cdef public object _parse_errors_seen
 
 
 cdef class ConnectionTable:
@@ -19,4 +50,6 @@ cdef class ConnectionTable:
     cdef dict _by_conn_id
     cdef dict _by_pid
 
-    cdef void _feed(self, conn, event) except *
+    @cy.locals(conn=Connection)
+    cpdef data(self, DataEvent event)
+    cdef void _feed(self, Connection conn, event) except *

@@ -1,10 +1,13 @@
 # C types for identity.py when Cython compiles it (setup.py). The logic lives only in
 # identity.py; this file makes SpanStart and TraceGroup (one per request) extension types with C
-# __init__s. Every field the .py declares must be here; all are objects (TraceGroup._parent a TraceGroup or None), so values
-# behave as in plain Python.
+# __init__s. Every field the .py declares must be here; all are objects but TraceGroup._parent
+# (a TraceGroup or None) and SpanStart.group (a TraceGroup), so values behave as in plain Python.
+
+cimport cython as cy
 
 # TraceGroup (one per trace, built per request) is an extension type too: its parent link typed,
-# so root()'s walk is C field reads.
+# so root()'s walk is C field reads; root() is a C method, and SpanStart.group typed with it, so
+# that start.group.root() from a typed caller (association.pxd) is C calls and reads only.
 
 
 cdef class TraceGroup:
@@ -14,9 +17,12 @@ cdef class TraceGroup:
     cdef public object pending
     cdef public object held
 
+    @cy.locals(group=TraceGroup)
+    cpdef TraceGroup root(self)
+
 
 cdef class SpanStart:
-    cdef public object group
+    cdef public TraceGroup group
     cdef public object span_id
     cdef public object parent_span_id
     cdef public object kind

@@ -4,6 +4,10 @@
 # Attributes not declared here still work (the instance keeps a __dict__ for them),
 # only slower: declare the ones the hot path reads.
 cimport cython as cy
+from otelbpf.association cimport Linker
+from otelbpf.connections cimport Connection, ConnectionTable
+from otelbpf.events cimport DataEvent
+from otelbpf.identity cimport SpanStart
 
 
 cdef class Pipeline:
@@ -15,8 +19,8 @@ cdef class Pipeline:
     cdef public object registry
     cdef public object on_new_process
     cdef public object on_process_exit
-    cdef public object linker
-    cdef public object table
+    cdef public Linker linker
+    cdef public ConnectionTable table
     cdef public dict progress_observers
     cdef dict _progress_wanted
     cdef dict _open
@@ -25,10 +29,12 @@ cdef class Pipeline:
     cdef public long long last_ts_ns
     cdef dict _handlers
 
-    cdef void _start(self, conn, event, exchange) except *
-    cdef void _progress(self, conn, item) except *
-    cdef void _end(self, conn, event, exchange) except *
-    cdef object _build(self, start, exchange, conn)
+    cpdef _on_data(self, DataEvent event)
+    cdef void _start(self, Connection conn, event, exchange) except *
+    cdef void _progress(self, Connection conn, item) except *
+    @cy.locals(start=SpanStart, table=ConnectionTable)
+    cdef void _end(self, Connection conn, event, exchange) except *
+    cdef object _build(self, SpanStart start, exchange, Connection conn)
     cdef void _release(self, groups) except *
     cdef void _emit(self, list spans) except *
     cdef void _count_spans(self) except *

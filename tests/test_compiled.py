@@ -12,10 +12,12 @@ loaded by path (never the extension) and compare the outputs.
 
 from __future__ import annotations
 
+import ast
 import importlib
 import importlib.machinery
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import tomllib
@@ -54,10 +56,101 @@ def _problem(name: str) -> str | None:
     if getattr(module, "COMPILED", True) is not True:
         return f"{name}: its extension says cython.compiled is False"
     built = path.stat().st_mtime
-    for src in (source_of(name), source_of(name).with_suffix(".pxd")):
+    for src in (source_of(name), *cimported_pxds(name)):
         if src.exists() and src.stat().st_mtime > built:
-            return f"{name}: {path.name} is older than {src.name} (stale build)"
+            return f"{name}: {path.name} is older than {src.relative_to(ROOT)} (stale build)"
     return None
+
+
+_CIMPORT = re.compile(r"^\s*(?:from\s+([\w.]+)\s+cimport\b|cimport\s+([\w.]+))", re.MULTILINE)
+
+
+def cimported_pxds(name: str) -> list[Path]:
+    """The module's own .pxd and every project .pxd it cimports, directly or not: a caller
+    typed with another module's extension type reads that type's fields at the offsets its
+    .pxd declared when the caller was built, so it is stale when that .pxd changed."""
+    found: list[Path] = []
+    todo = [name]
+    while todo:
+        pxd = source_of(todo.pop()).with_suffix(".pxd")
+        if pxd in found or not pxd.is_file():
+            continue
+        found.append(pxd)
+        for match in _CIMPORT.finditer(pxd.read_text()):
+            todo.append(match.group(1) or match.group(2))
+    return found
+
+
+def test_staleness_follows_cimported_pxds():
+    assert ROOT / "otelbpf/identity.pxd" in cimported_pxds("otelbpf.pipeline")  # via association.pxd too
+    assert ROOT / "protocols/http1/types.pxd" in cimported_pxds("protocols.http1.stitch")  # via parse.pxd
+
+
+# -- every attribute a compiled class sets is declared --------------------------------
+
+_CDEF_CLASS = re.compile(r"^cdef class (\w+)(?:\((\w+)\))?:")
+_FIELD = re.compile(r"^    cdef (?!(?:inline |void |.*\())([^#]+?)\s*$")
+
+
+def _pxd_classes(pxd: Path) -> dict[str, tuple[set[str], bool, str | None]]:
+    """cdef classes of a .pxd: (declared attributes, keeps a __dict__, base class)."""
+    classes: dict[str, tuple[set[str], bool, str | None]] = {}
+    current = None
+    for line in pxd.read_text().splitlines():
+        match = _CDEF_CLASS.match(line)
+        if match:
+            current = match.group(1)
+            classes[current] = (set(), False, match.group(2))
+            continue
+        if line and not line[0].isspace() and not line.startswith(("#", "@")):
+            current = None
+        field = _FIELD.match(line) if current else None
+        if field:
+            declared, has_dict, base = classes[current]
+            names = [part.split()[-1].lstrip("*") for part in field.group(1).split(",")]
+            declared.update(names)
+            if "__dict__" in names:
+                classes[current] = (declared, True, base)
+    return classes
+
+
+def _assigned_on_self(cls: ast.ClassDef) -> set[str]:
+    names = set()
+    for node in ast.walk(cls):
+        targets = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        for target in targets:
+            for leaf in ast.walk(target):
+                if isinstance(leaf, ast.Attribute) and isinstance(leaf.value, ast.Name) and leaf.value.id == "self":
+                    names.add(leaf.attr)
+    return names
+
+
+@pytest.mark.parametrize("name", [n for n in compiled_modules() if source_of(n).with_suffix(".pxd").is_file()])
+def test_every_attribute_an_extension_type_sets_is_declared(name):
+    """A class a .pxd makes an extension type has only the attributes declared there (unless it
+    keeps a __dict__): one its .py sets but the .pxd lacks is an AttributeError in the compiled
+    build only. Checked from the sources, so that the pure-Python run catches it too."""
+    classes = _pxd_classes(source_of(name).with_suffix(".pxd"))
+    tree = ast.parse(source_of(name).read_text())
+    missing = {}
+    for node in tree.body:
+        if not isinstance(node, ast.ClassDef) or node.name not in classes:
+            continue
+        declared, has_dict, base = classes[node.name]
+        while base in classes:  # a cdef base declared in the same .pxd
+            declared = declared | classes[base][0]
+            has_dict = has_dict or classes[base][1]
+            base = classes[base][2]
+        if has_dict:
+            continue
+        undeclared = _assigned_on_self(node) - declared
+        if undeclared:
+            missing[node.name] = sorted(undeclared)
+    assert not missing, f"set in {name}.py but not declared in its .pxd: {missing}"
 
 
 @pytest.mark.parametrize("name", compiled_modules())

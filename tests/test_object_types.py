@@ -113,3 +113,20 @@ def test_trace_groups_merge_to_one_root_and_compile_to_an_extension_type():
         a.extra = 1
     if _compiled(TraceGroup):
         assert not inspect.isfunction(TraceGroup.__init__)
+
+
+def test_connection_is_an_extension_type_when_compiled():
+    """Connection (one per connection, read several times per request by the pipeline and
+    the span semantics, which type it) is an extension type compiled, a slotted class pure:
+    every slot settable, nothing else."""
+    from otelbpf.connections import Connection
+
+    conn = Connection(conn_id=1, pid=2, fd=3, opened_ns=4)
+    for name in Connection.__slots__:
+        setattr(conn, name, getattr(conn, name))
+    with pytest.raises(AttributeError):
+        conn.not_a_field = 1
+    derived = conn.derived((1, 2), 1, 5)
+    assert (derived.conn_id, derived.key, derived.source, derived.opened_ns) == (1, (1, 2), 1, 5)
+    if _compiled(Connection):
+        assert not inspect.isfunction(Connection.__init__)

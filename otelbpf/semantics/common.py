@@ -13,10 +13,21 @@ import socket
 from dataclasses import dataclass
 from typing import Protocol
 
-from otelbpf import semconv as sc
 from otelbpf.events import CallEvent, Source
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanRecord, StatusCode
+from otelbpf.semconv import (
+    ERROR_TYPE,
+    HTTP_REQUEST_BODY_SIZE,
+    HTTP_RESPONSE_STATUS_CODE,
+    NETWORK_PEER_ADDRESS,
+    NETWORK_PEER_PORT,
+    NETWORK_TRANSPORT,
+    OTELBPF_ASSOCIATION,
+    OTELBPF_EXCHANGE_END_REASON,
+    THREAD_ID,
+    USER_AGENT_ORIGINAL,
+)
 from protocols.base import Exchange, Outcome
 
 
@@ -76,32 +87,32 @@ def url_scheme(conn) -> str:
 def network_transport(conn, attrs: dict[str, AttributeValue]) -> None:
     """``network.transport`` from the connection: ``unix``, ``udp`` or ``tcp``."""
     if conn.family == socket.AF_UNIX:
-        attrs[sc.NETWORK_TRANSPORT] = "unix"
+        attrs[NETWORK_TRANSPORT] = "unix"
     else:
-        attrs[sc.NETWORK_TRANSPORT] = "udp" if conn.datagram else "tcp"
+        attrs[NETWORK_TRANSPORT] = "udp" if conn.datagram else "tcp"
 
 
 def peer_attributes(conn, attrs: dict[str, AttributeValue]) -> None:
     """``network.peer.address``/``port`` from the connection's tuple, when known."""
     if conn.peer_addr:
-        attrs[sc.NETWORK_PEER_ADDRESS] = conn.peer_addr
-        attrs[sc.NETWORK_PEER_PORT] = conn.peer_port
+        attrs[NETWORK_PEER_ADDRESS] = conn.peer_addr
+        attrs[NETWORK_PEER_PORT] = conn.peer_port
 
 
 def http_request_extras(user_agent: str | None, body_size: int, attrs: dict[str, AttributeValue]) -> None:
     """The request attributes HTTP/1 and HTTP/2 spans share: user agent, body size."""
     if user_agent:
-        attrs[sc.USER_AGENT_ORIGINAL] = user_agent
+        attrs[USER_AGENT_ORIGINAL] = user_agent
     if body_size:
-        attrs[sc.HTTP_REQUEST_BODY_SIZE] = body_size
+        attrs[HTTP_REQUEST_BODY_SIZE] = body_size
 
 
 def http_response_status(status: int, server: bool, attrs: dict[str, AttributeValue]) -> StatusCode:
     """Record an HTTP response status; return the span status the HTTP conventions give it:
     an error from 500 up on a server, from 400 up on a client (then ``error.type`` is the code)."""
-    attrs[sc.HTTP_RESPONSE_STATUS_CODE] = status
+    attrs[HTTP_RESPONSE_STATUS_CODE] = status
     if status >= 500 or (not server and status >= 400):
-        attrs[sc.ERROR_TYPE] = str(status)
+        attrs[ERROR_TYPE] = str(status)
         return StatusCode.ERROR
     return StatusCode.UNSET
 
@@ -116,10 +127,10 @@ def outcome_status(
     outcome = exchange.outcome
     if outcome is Outcome.COMPLETE:
         return StatusCode.UNSET, ""
-    attrs[sc.OTELBPF_EXCHANGE_END_REASON] = outcome.value
+    attrs[OTELBPF_EXCHANGE_END_REASON] = outcome.value
     if answered:
         return StatusCode.UNSET, ""
-    attrs.setdefault(sc.ERROR_TYPE, outcome.value)
+    attrs.setdefault(ERROR_TYPE, outcome.value)
     return StatusCode.ERROR, f"no complete response ({outcome.value})"
 
 
@@ -133,9 +144,9 @@ def span_record(
 ) -> SpanRecord:
     """The finished span: identity from ``start``, times from the exchange,
     ``thread.id`` and ``otelbpf.association`` added here for every protocol."""
-    attrs[sc.THREAD_ID] = start.tid
+    attrs[THREAD_ID] = start.tid
     if start.association:
-        attrs[sc.OTELBPF_ASSOCIATION] = start.association
+        attrs[OTELBPF_ASSOCIATION] = start.association
     start_ns = exchange.start_ns
     end_ns = exchange.end_ns
     protocol = exchange.protocol

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 
-from otelbpf import semconv as sc
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
 from otelbpf.semantics.common import (
@@ -29,6 +28,26 @@ from otelbpf.semantics.common import (
     peer_attributes,
     span_record,
     url_scheme,
+)
+from otelbpf.semconv import (
+    CLIENT_ADDRESS,
+    HTTP_KNOWN_METHODS,
+    HTTP_OTHER_METHOD,
+    HTTP_REQUEST_METHOD,
+    HTTP_REQUEST_METHOD_ORIGINAL,
+    HTTP_RESPONSE_BODY_SIZE,
+    HTTP_ROUTE,
+    NETWORK_PROTOCOL_NAME,
+    NETWORK_PROTOCOL_VERSION,
+    OTELBPF_PAYLOAD_TRUNCATED,
+    OTELBPF_RESPONSE_BODY_SENDFILE,
+    OTELBPF_RESPONSE_INCOMPLETE,
+    SERVER_ADDRESS,
+    SERVER_PORT,
+    URL_FULL,
+    URL_PATH,
+    URL_QUERY,
+    URL_SCHEME,
 )
 from protocols.http1.types import PROTOCOL, HttpExchange
 
@@ -126,20 +145,20 @@ class Http1Semantics:
         request = exchange.request
         response = exchange.response
         server = start.kind == SpanKind.SERVER
-        method = request.method if request.method in sc.HTTP_KNOWN_METHODS else sc.HTTP_OTHER_METHOD
+        method = request.method if request.method in HTTP_KNOWN_METHODS else HTTP_OTHER_METHOD
         path, query = split_target(request.target)
 
-        attrs: dict[str, AttributeValue] = {sc.HTTP_REQUEST_METHOD: method}
-        if method == sc.HTTP_OTHER_METHOD:
-            attrs[sc.HTTP_REQUEST_METHOD_ORIGINAL] = request.method
-        attrs[sc.NETWORK_PROTOCOL_NAME] = "http"
+        attrs: dict[str, AttributeValue] = {HTTP_REQUEST_METHOD: method}
+        if method == HTTP_OTHER_METHOD:
+            attrs[HTTP_REQUEST_METHOD_ORIGINAL] = request.method
+        attrs[NETWORK_PROTOCOL_NAME] = "http"
         network_transport(conn, attrs)
-        attrs[sc.NETWORK_PROTOCOL_VERSION] = request.version
+        attrs[NETWORK_PROTOCOL_VERSION] = request.version
         host_header, user_agent = _host_and_user_agent(request.headers)
         if server:
-            name = self._server_attributes(method, path, query, host_header, conn, options, attrs)
+            name = Http1Semantics._server_attributes(method, path, query, host_header, conn, options, attrs)
         else:
-            name = self._client_attributes(method, path, query, host_header, conn, options, attrs)
+            name = Http1Semantics._client_attributes(method, path, query, host_header, conn, options, attrs)
         peer_attributes(conn, attrs)
         http_request_extras(user_agent, request.body_size, attrs)
 
@@ -147,13 +166,13 @@ class Http1Semantics:
         if response is not None:
             status = http_response_status(response.status, server, attrs)
             if response.body_size:
-                attrs[sc.HTTP_RESPONSE_BODY_SIZE] = response.body_size
+                attrs[HTTP_RESPONSE_BODY_SIZE] = response.body_size
             if not response.complete:
-                attrs[sc.OTELBPF_RESPONSE_INCOMPLETE] = True
+                attrs[OTELBPF_RESPONSE_INCOMPLETE] = True
             if response.body_truncated or request.body_truncated:
-                attrs[sc.OTELBPF_PAYLOAD_TRUNCATED] = True
+                attrs[OTELBPF_PAYLOAD_TRUNCATED] = True
             if conn.sendfile_ns and conn.sendfile_ns >= request.start_ns:
-                attrs[sc.OTELBPF_RESPONSE_BODY_SENDFILE] = True
+                attrs[OTELBPF_RESPONSE_BODY_SENDFILE] = True
         answered = response is not None and response.complete
         outcome_code, message = outcome_status(exchange, answered, attrs)
         if outcome_code is StatusCode.ERROR:
@@ -168,33 +187,33 @@ class Http1Semantics:
     @staticmethod
     def _server_attributes(method, path, query, host_header, conn, options, attrs) -> str:
         route = derive_route(path)
-        attrs[sc.URL_PATH] = path
-        attrs[sc.URL_SCHEME] = url_scheme(conn)
-        attrs[sc.HTTP_ROUTE] = route
+        attrs[URL_PATH] = path
+        attrs[URL_SCHEME] = url_scheme(conn)
+        attrs[HTTP_ROUTE] = route
         if options.include_query and query:
-            attrs[sc.URL_QUERY] = query
+            attrs[URL_QUERY] = query
         host, port = split_host(host_header, conn.local_port) if host_header else (conn.local_addr, conn.local_port)
         if host:
-            attrs[sc.SERVER_ADDRESS] = host
+            attrs[SERVER_ADDRESS] = host
         if port:
-            attrs[sc.SERVER_PORT] = port
+            attrs[SERVER_PORT] = port
         if conn.peer_addr:
-            attrs[sc.CLIENT_ADDRESS] = conn.peer_addr
-        return f"{method} {route}" if method != sc.HTTP_OTHER_METHOD else "HTTP"
+            attrs[CLIENT_ADDRESS] = conn.peer_addr
+        return f"{method} {route}" if method != HTTP_OTHER_METHOD else "HTTP"
 
     @staticmethod
     def _client_attributes(method, path, query, host_header, conn, options, attrs) -> str:
         host, port = split_host(host_header, conn.peer_port) if host_header else (conn.peer_addr, conn.peer_port)
         if host:
-            attrs[sc.SERVER_ADDRESS] = host
+            attrs[SERVER_ADDRESS] = host
         if port:
-            attrs[sc.SERVER_PORT] = port
+            attrs[SERVER_PORT] = port
         authority = host_header or (f"{conn.peer_addr}:{conn.peer_port}" if conn.peer_addr else "")
         full = f"{url_scheme(conn)}://{authority}{path}"
         if options.include_query and query:
             full += f"?{query}"
-        attrs[sc.URL_FULL] = full
-        return method if method != sc.HTTP_OTHER_METHOD else "HTTP"
+        attrs[URL_FULL] = full
+        return method if method != HTTP_OTHER_METHOD else "HTTP"
 
 
 SEMANTICS = Http1Semantics()

@@ -4,6 +4,7 @@
 # its states and framings C ints, and its private steps C methods (called
 # directly, not looked up and called as Python methods).
 cimport cython as cy
+from protocols.http1.types cimport HttpMessageBase, HttpRequest, HttpResponse
 
 cdef int _HEAD, _FIXED_BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _TRAILERS, _UNTIL_CLOSE, _RESYNC, _OPAQUE
 cdef int _NO_FRAMING, _LENGTH, _CHUNKED, _OTHER_CODING, _INVALID
@@ -22,7 +23,7 @@ cdef class HttpParser:
     cdef object _start_line_prefix
     cdef int _state
     cdef bytearray _buffer
-    cdef object _message
+    cdef HttpMessageBase _message
     cdef long long _head_start_ns
     cdef long long _last_byte_ns
     cdef long long _remaining
@@ -43,19 +44,24 @@ cdef class HttpParser:
     cdef Py_ssize_t _consume_trailers(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef Py_ssize_t _consume_until_close(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef tuple _take_section(self, data, Py_ssize_t pos, bytes terminator, Py_ssize_t limit, list events)
+    @cy.locals(message=HttpMessageBase)
     cdef void _take_body(self, data, Py_ssize_t pos, Py_ssize_t count, long long ts_ns, list events) except *
+    @cy.locals(message=HttpMessageBase)
     cdef void _on_head(self, head, long long ts_ns, list events) except *
     @cy.locals(fields=list, line=str, name=str, colon=str, value=str)
     cdef list _parse_fields(self, list lines)
-    cdef void _frame_request(self, request, list events) except *
-    cdef void _frame_response(self, response, list events) except *
-    cdef void _begin_body(self, message, int framing, long long length, list events) except *
+    cdef void _frame_request(self, HttpRequest request, list events) except *
+    cdef void _frame_response(self, HttpResponse response, list events) except *
+    cdef void _begin_body(self, HttpMessageBase message, int framing, long long length, list events) except *
+    @cy.locals(message=HttpMessageBase)
     cdef void _finish(self, long long end_ns, list events) except *
     cdef bint _cut_short_by(self, data) except -1
     cdef void _drop_message_in_progress(self, list events) except *
+    @cy.locals(message=HttpMessageBase)
     cdef void _abandon_message(self, list events, bint body_lost=*) except *
     cdef void _lose_sync(self, list events) except *
     cdef void _skip_missing(self, long long missing, long long ts_ns, list events) except *
+    @cy.locals(message=HttpMessageBase)
     cdef void _skip_body(self, long long count, long long ts_ns) except *
 
 

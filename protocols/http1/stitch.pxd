@@ -3,6 +3,7 @@
 # private steps C methods (called directly, not as Python methods).
 cimport cython as cy
 from protocols.http1.parse cimport HttpParser
+from protocols.http1.types cimport HttpExchange, HttpRequest, HttpResponse
 
 
 @cy.final
@@ -15,12 +16,15 @@ cdef class Http1Session:
     cdef HttpParser _requests
     cdef HttpParser _responses
     cdef object _pending
-    cdef object _answering
-    cdef object _requesting
+    cdef HttpExchange _answering
+    cdef HttpExchange _requesting
     cdef Py_ssize_t _stitch_errors
     cdef bint _tunnelled
 
+    @cy.locals(exchange=HttpExchange)
     cdef void _on_request_events(self, list events, long long ts_ns, list out) except *
-    cdef void _start_exchange(self, request, long long ts_ns, list out) except *
+    @cy.locals(exchange=HttpExchange)
+    cdef void _start_exchange(self, HttpRequest request, long long ts_ns, list out) except *
+    @cy.locals(answering=HttpExchange, response=HttpResponse)
     cdef void _on_response_events(self, list events, list out, closed_ns=*) except *
-    cdef void _answer_oldest(self, response) except *
+    cdef void _answer_oldest(self, HttpResponse response) except *

@@ -2,6 +2,7 @@
 # types.py; this file makes the HTTP/1 messages and exchange extension types (a C
 # __init__ instead of the interpreted one a dataclass generates). Every field the
 # .py declares must be here; all are objects, so values behave as in plain Python.
+cimport cython as cy
 
 
 cdef class HttpMessageBase:
@@ -15,6 +16,12 @@ cdef class HttpMessageBase:
     cdef public object body_truncated
     cdef public object complete
     cdef public object trailers
+
+    # Sets the fields above for every message class's __init__ (one copy of them): final,
+    # so a direct C call from the subclasses' C __init__s.
+    @cy.final
+    cdef void _init_message(self, version, headers, start_ns, head_end_ns, end_ns, body_size, body, body_truncated,
+                            complete, trailers) except *
 
 
 cdef class HttpRequest(HttpMessageBase):

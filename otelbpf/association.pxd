@@ -1,0 +1,47 @@
+# C types for association.py when Cython compiles it (setup.py). The logic lives only in
+# association.py; this file makes Linker an extension type whose per-request steps are C
+# methods, with the spans' identities typed (SpanStart, TraceGroup: identity.pxd), so
+# that their field reads and writes are C struct accesses. Connections and exchanges stay
+# untyped: any object with their attributes will do (tests/test_association.py). Attributes
+# not declared here still work (the instance keeps a __dict__ for them), only slower.
+cimport cython as cy
+from otelbpf.identity cimport SpanStart, TraceGroup
+from otelbpf.model cimport SpanRecord
+
+
+cdef class Linker:
+    cdef dict __dict__
+    cdef public object counters
+    cdef public dict _processes
+    cdef public dict _pending_clients
+    cdef public Py_ssize_t _pending_count
+    cdef public dict _client_keys
+    cdef public Py_ssize_t _task_decisions
+    cdef public dict _task_call_done
+    cdef public object _sent_messages
+    cdef public object _unsent_messages
+    cdef public list window_observers
+
+    @cy.locals(start=SpanStart)
+    cpdef SpanStart start(self, conn, exchange, kind, pid, tid, ts_ns, task_id=*)
+    @staticmethod
+    cdef object _pair(conn, exchange, kind)
+    @cy.locals(start=SpanStart)
+    cpdef SpanStart start_call(self, pid, tid, ts_ns, task_id=*, off_request=*)
+    @cy.locals(client=SpanStart)
+    cdef SpanStart _server_start(self, pair, kind, pid, tid)
+    @cy.locals(parent=SpanStart, start=SpanStart)
+    cdef SpanStart _client_start(self, kind, pid, tid, task_id, off_request=*)
+    cdef void _open_window(self, SpanStart start) except *
+    cdef void _remember_client(self, key, SpanStart start) except *
+    cdef object _claim_client(self, key)
+    cpdef list end(self, SpanStart start, ts_ns, task_id=*)
+    @cy.locals(windows=list)
+    cdef void _close_window(self, SpanStart start) except *
+
+
+cpdef tuple pair_key(conn, kind)
+@cy.locals(root=TraceGroup)
+cpdef list hold_or_release(SpanRecord span, SpanStart start)
+@cy.locals(root=TraceGroup, held=list, span=SpanRecord)
+cpdef list release(TraceGroup group)

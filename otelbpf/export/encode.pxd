@@ -1,0 +1,11 @@
+# C types for encode.py when Cython compiles it (setup.py). The logic lives only in
+# encode.py; this file types the per-span step's argument (a SpanRecord, an extension
+# type: model.pxd), so that its field reads are C struct reads. A record of another
+# class is refused at the call (TypeError), which serialize_request already answers
+# with the message path, as for any unusual span.
+cimport cython as cy
+from otelbpf.model cimport SpanRecord
+
+
+@cy.locals(parts=list)
+cpdef bytes _wire_span(SpanRecord span)

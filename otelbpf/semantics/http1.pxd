@@ -1,0 +1,27 @@
+# C types for http1.py when Cython compiles it (setup.py). The logic lives only in
+# http1.py; this file makes Http1Semantics an extension type whose span() reads the
+# exchange, its messages, the span's start and the connection as C struct fields
+# (they are extension types: protocols/http1/types.pxd, identity.pxd, connections.pxd).
+cimport cython as cy
+from otelbpf.connections cimport Connection
+from otelbpf.identity cimport SpanStart
+from protocols.http1.types cimport HttpExchange, HttpRequest, HttpResponse
+
+
+cdef class Http1Semantics:
+    cdef public object genai
+
+    @cy.locals(request=HttpRequest, response=HttpResponse, attrs=dict)
+    cpdef span(self, SpanStart start, HttpExchange exchange, Connection conn, options)
+    @staticmethod
+    cdef object _server_attributes(method, path, query, host_header, Connection conn, options, dict attrs)
+    @staticmethod
+    cdef object _client_attributes(method, path, query, host_header, Connection conn, options, dict attrs)
+
+
+# Module helpers called per span: C calls from span(), Python functions still (http2.py
+# imports some).
+cpdef derive_route(path)
+cpdef tuple split_target(target)
+cpdef tuple _host_and_user_agent(headers)
+cpdef tuple split_host(host, default_port)
