@@ -190,34 +190,44 @@ static __always_inline void *current_user_regs(void)
     return (void *)bpf_task_pt_regs(task);
 }
 
-static __always_inline __u64 reg_at(void *regs, int off)
-{
-    __u64 value = 0;
-    bpf_probe_read_kernel(&value, sizeof(value), regs + off);
-    return value;
-}
+/* A saved register, by a plain load from the BTF-typed pointer
+ * bpf_task_pt_regs returns: the verifier checks the offset against the
+ * running kernel's struct pt_regs and makes the load fault-safe, and it costs
+ * a few instructions where each register took a bpf_probe_read_kernel call
+ * (bench/README "A traced socket event's BPF cost"). REGS_PROBE_READ=1 keeps
+ * the helper calls: user space loads the probes that way when the verifier
+ * refuses the loads (or OTELBPF_REGS_READ=probe); `otelbpf doctor` says. */
+#ifndef REGS_PROBE_READ
+#define REGS_PROBE_READ 0
+#endif
+#if REGS_PROBE_READ
+#define LOAD_REG64(regs, off) ({ __u64 __v = 0; bpf_probe_read_kernel(&__v, sizeof(__v), (regs) + (off)); __v; })
+#define LOAD_REG32(regs, off) ({ __u32 __v = 0; bpf_probe_read_kernel(&__v, sizeof(__v), (regs) + (off)); __v; })
+#else
+#define LOAD_REG64(regs, off) (*(volatile __u64 *)((regs) + (off)))
+#define LOAD_REG32(regs, off) (*(volatile __u32 *)((regs) + (off)))
+#endif
 
 /* The syscall number, or -1 for a 32-bit compat syscall (other numbers,
  * other argument registers: ignored). */
 static __always_inline long current_syscall_nr(void *regs)
 {
-    __u64 mode = reg_at(regs, REG_MODE_OFF);
+    __u64 mode = LOAD_REG64(regs, REG_MODE_OFF);
     if ((mode & REG_MODE_MASK) != REG_MODE_NATIVE)
         return -1;
-    __u32 nr = 0;
-    bpf_probe_read_kernel(&nr, sizeof(nr), regs + REG_NR_OFF);
+    __u32 nr = LOAD_REG32(regs, REG_NR_OFF);
     return (long)(__s32)nr;
 }
 
 static __always_inline __u64 syscall_arg(void *regs, int n)
 {
     switch (n) {
-    case 0: return reg_at(regs, REG_ARG0_OFF);
-    case 1: return reg_at(regs, REG_ARG1_OFF);
-    case 2: return reg_at(regs, REG_ARG2_OFF);
-    case 3: return reg_at(regs, REG_ARG3_OFF);
-    case 4: return reg_at(regs, REG_ARG4_OFF);
-    case 5: return reg_at(regs, REG_ARG5_OFF);
+    case 0: return LOAD_REG64(regs, REG_ARG0_OFF);
+    case 1: return LOAD_REG64(regs, REG_ARG1_OFF);
+    case 2: return LOAD_REG64(regs, REG_ARG2_OFF);
+    case 3: return LOAD_REG64(regs, REG_ARG3_OFF);
+    case 4: return LOAD_REG64(regs, REG_ARG4_OFF);
+    case 5: return LOAD_REG64(regs, REG_ARG5_OFF);
     }
     return 0;
 }

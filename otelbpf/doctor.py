@@ -238,50 +238,95 @@ def check_tracepoints() -> list[Check]:
 
 
 #: Loaded (not attached) by check_task_regs: the helpers the socket capture
-#: calls inside sock:sock_*_length to find the syscall's user registers.
+#: calls inside sock:sock_*_length to find the syscall's user registers, and
+#: the register read it uses (bpf/common.h LOAD_REG64: a plain load from the
+#: BTF-typed pointer, or a bpf_probe_read_kernel call with REGS_PROBE_READ=1).
 TASK_REGS_PROBE = r"""
 TRACEPOINT_PROBE(sock, sock_send_length)
 {
     struct task_struct *task = (struct task_struct *)bpf_get_current_task_btf();
     void *regs = (void *)bpf_task_pt_regs(task);
+#if REGS_PROBE_READ
     __u64 value = 0;
-    bpf_probe_read_kernel(&value, sizeof(value), regs);
+    bpf_probe_read_kernel(&value, sizeof(value), regs + REG_ARG0_OFF);
+#else
+    __u64 value = *(volatile __u64 *)(regs + REG_ARG0_OFF);
+#endif
     return value == 1;
 }
 """
 
 
+def _load_task_regs_probe(probe_read: bool) -> str | None:
+    """Load TASK_REGS_PROBE; None when it loads, else the error's first line."""
+    import contextlib
+    import io
+
+    from bcc import BPF
+
+    from otelbpf.sources.ebpf_layout import regs_cflags
+
+    cflags = regs_cflags(platform.machine()) + [f"-DREGS_PROBE_READ={int(probe_read)}"]
+    try:
+        with contextlib.redirect_stderr(io.StringIO()):
+            bpf = BPF(text=TASK_REGS_PROBE.encode(), cflags=cflags)
+            bpf.load_func(b"tracepoint__sock__sock_send_length", BPF.TRACEPOINT)
+            bpf.cleanup()
+    except Exception as exc:  # noqa: BLE001 - BCC raises plain Exception
+        return str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+    return None
+
+
 def check_task_regs() -> Check:
     """Load a tiny sock_send_length program using bpf_get_current_task_btf()
-    and bpf_task_pt_regs(): the socket capture reads the syscall's fd and
-    buffers through them. Needs root and BCC; skipped (info) otherwise."""
+    and bpf_task_pt_regs() and reading a register the way the capture does:
+    the socket capture reads the syscall's fd and buffers through them. Needs
+    root and BCC; skipped (info) otherwise."""
+    from otelbpf.sources.ebpf import REGS_READ_ENV
+
     name = "task pt_regs helpers"
     if not _is_dir(TRACEFS / "events/sock/sock_send_length"):
         return Check(name, FAIL, "no sock:sock_send_length tracepoint to use them from", "needs Linux >= 6.3")
     try:
-        from bcc import BPF
+        import bcc  # noqa: F401
     except ImportError:
         return Check(name, INFO, "not checked (bcc not importable)")
     if os.geteuid() != 0 and not effective_capabilities() & (1 << CAP_BPF):
         return Check(name, INFO, "not checked (needs BPF privileges)")
     try:
-        import contextlib
-        import io
-
-        with contextlib.redirect_stderr(io.StringIO()):
-            bpf = BPF(text=TASK_REGS_PROBE.encode())
-            bpf.load_func(b"tracepoint__sock__sock_send_length", BPF.TRACEPOINT)
-            bpf.cleanup()
-    except Exception as exc:  # noqa: BLE001 - BCC raises plain Exception
+        plain = _load_task_regs_probe(probe_read=False)
+        probe = _load_task_regs_probe(probe_read=True) if plain else None
+    except ValueError as exc:  # no register layout for this machine
+        return Check(name, FAIL, str(exc))
+    chosen = os.environ.get(REGS_READ_ENV, "").strip().lower()
+    if plain is None:
+        how = "registers read by plain loads (the verifier checks them against BTF)"
+        if chosen == "probe":
+            how = f"{REGS_READ_ENV}=probe: registers read by bpf_probe_read_kernel (plain loads would work, and cost less)"
+        return Check(name, OK, f"bpf_get_current_task_btf + bpf_task_pt_regs load in a sock_send_length program; {how}")
+    if probe is None:
+        if chosen == "load":
+            return Check(
+                name,
+                FAIL,
+                f"{REGS_READ_ENV}=load, but this verifier refuses plain loads from bpf_task_pt_regs ({plain})",
+                f"unset {REGS_READ_ENV} or set it to probe",
+            )
         return Check(
             name,
-            FAIL,
-            f"bpf_get_current_task_btf()/bpf_task_pt_regs() unusable from a tracepoint program: {str(exc).splitlines()[0]}",
-            "needs Linux >= 5.15 with BTF (CONFIG_DEBUG_INFO_BTF=y, /sys/kernel/btf/vmlinux). No fallback in this"
-            " version: without them the socket tracepoints cannot see the syscall's fd and buffers, so payloads"
-            " cannot be captured (the older raw_syscalls sys_enter/sys_exit design could, at 0.68-0.87x throughput)",
+            WARN,
+            f"this verifier refuses plain loads from bpf_task_pt_regs ({plain}); `run` falls back to"
+            " bpf_probe_read_kernel (one helper call per register read: a little more BPF time per socket event)",
+            f"set {REGS_READ_ENV}=probe to skip the first try at start-up",
         )
-    return Check(name, OK, "bpf_get_current_task_btf + bpf_task_pt_regs load in a sock_send_length program")
+    return Check(
+        name,
+        FAIL,
+        f"bpf_get_current_task_btf()/bpf_task_pt_regs() unusable from a tracepoint program: {probe}",
+        "needs Linux >= 5.15 with BTF (CONFIG_DEBUG_INFO_BTF=y, /sys/kernel/btf/vmlinux). No fallback in this"
+        " version: without them the socket tracepoints cannot see the syscall's fd and buffers, so payloads"
+        " cannot be captured (the older raw_syscalls sys_enter/sys_exit design could, at 0.68-0.87x throughput)",
+    )
 
 
 def check_unix_pairing() -> Check:

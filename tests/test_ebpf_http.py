@@ -409,3 +409,49 @@ def test_agent_yields_the_cpu_to_the_services_on_every_thread(services, agent, t
     assert {_niceness(path) for path in threads} == {10}  # the --nice default
     assert _niceness(f"/proc/{backend.pid}/stat") == 0  # the traced service is left alone
     assert run.stop() == 0
+
+
+@pytest.mark.parametrize("regs_read", ["probe", "load"])
+def test_both_ways_of_reading_the_syscall_registers_give_the_same_spans(services, agent, tmp_path, regs_read):
+    """OTELBPF_REGS_READ=probe is the fallback for a verifier that refuses plain
+    loads from bpf_task_pt_regs: it must capture exactly what the default does."""
+    backend = services([str(EXAMPLES / "http_backend.py"), "--port", "0"])
+    client = start_client([str(CLIENTS / "keepalive_client.py"), f"http://127.0.0.1:{backend.port}/items/", "20"])
+    out = tmp_path / "spans.json"
+    run = agent(
+        ["--pid", str(backend.pid), "--pid", str(client.pid), "--json-file", str(out)],
+        env={"OTELBPF_REGS_READ": regs_read},
+    )
+    go(client)
+    stdout, _ = client.communicate(timeout=60)
+    assert stdout.split().count("200") == 20
+    assert run.stop() == 0
+    expected = "by plain loads" if regs_read == "load" else "with bpf_probe_read_kernel"
+    assert f"syscall registers: read {expected}" in run.output
+    spans = spans_in_file(out)
+    server = sorted(s.attributes["url.path"] for s in spans if s.span.kind == SERVER)
+    assert server == sorted(f"/items/{i}" for i in range(20))
+    assert [s.attributes["server.port"] for s in spans if s.span.kind == CLIENT] == [backend.port] * 20
+    assert run.stats().get("otelbpf.events.lost", 0) == 0
+
+
+def test_a_wrong_regs_read_setting_is_refused_by_name(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "otelbpf", "run", "--pid", str(os.getpid()), "--json-file", str(tmp_path / "s.json")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "OTELBPF_REGS_READ": "peek"},
+        cwd=str(ROOT),
+        timeout=120,
+    )
+    assert result.returncode != 0
+    assert "OTELBPF_REGS_READ='peek': expected load or probe" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_doctor_loads_the_register_read_the_capture_uses():
+    from otelbpf.doctor import OK, check_task_regs
+
+    check = check_task_regs()
+    assert check.status == OK, check
+    assert "plain loads" in check.detail

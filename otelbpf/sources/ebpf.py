@@ -90,6 +90,24 @@ class CaptureError(RuntimeError):
 #: tracepoints (a comparison, a fallback); "auto" (default): raw tracepoints
 #: when the kernel's BTF gives struct sock's offsets.
 SOCK_TRACEPOINTS_ENV = "OTELBPF_SOCK_TRACEPOINTS"
+#: How the probes read the saved syscall registers: "load" (default), plain
+#: loads from the BTF-typed pointer bpf_task_pt_regs returns (the verifier
+#: checks each offset); "probe", a bpf_probe_read_kernel call per register,
+#: for a kernel whose verifier refuses those loads (`otelbpf doctor` says).
+REGS_READ_ENV = "OTELBPF_REGS_READ"
+
+
+def regs_read_choice() -> str | None:
+    """OTELBPF_REGS_READ: "load", "probe", or None when unset (load, falling
+    back to probe if the verifier refuses the loads)."""
+    wanted = os.environ.get(REGS_READ_ENV, "").strip().lower()
+    if not wanted:
+        return None
+    if wanted not in ("load", "probe"):
+        raise CaptureError(f"{REGS_READ_ENV}={wanted!r}: expected load or probe")
+    return wanted
+
+
 #: bpf/socket.c's SK_CHECK_LEN: the start-up offset check sends datagrams of this + slot bytes.
 SK_CHECK_LEN = 7919
 
@@ -262,6 +280,8 @@ class EbpfSource:
         self._tls_looked: dict[int, float] = {}
         #: how socket I/O is hooked (set by start())
         self.sock_capture: SockCapture | None = None
+        #: how the probes read the syscall registers: "load" or "probe" (OTELBPF_REGS_READ)
+        self.regs_read = ""
 
     # -- start-up ---------------------------------------------------------
 
@@ -289,6 +309,7 @@ class EbpfSource:
             f"-DEXCLUDES={int(bool(self.config.exclude_comms or self.config.exclude_pids))}",
             "-Wno-macro-redefined",
         ]
+        regs_read_choice()  # a wrong OTELBPF_REGS_READ stops here, named
         try:
             cflags += regs_cflags(platform.machine())
         except ValueError as exc:
@@ -296,7 +317,7 @@ class EbpfSource:
         plan = plan_sock_capture()
         if plan.raw:
             try:
-                self._bpf = BPF(text=program_text().encode(), cflags=cflags + plan.cflags())
+                self._bpf = self._compile(BPF, cflags + plan.cflags())
                 problem = self._check_sock_offsets()
             except Exception as exc:  # noqa: BLE001 - BCC raises plain Exception; the classic path may still work
                 problem = f"raw tracepoints failed to load: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}"
@@ -312,7 +333,7 @@ class EbpfSource:
             log.warning("socket capture: %s", plan.describe())
         try:
             if self._bpf is None:
-                self._bpf = BPF(text=program_text().encode(), cflags=cflags + plan.cflags())
+                self._bpf = self._compile(BPF, cflags + plan.cflags())
         except Exception as exc:
             hint = ""
             if "task_pt_regs" in str(exc) or "get_current_task_btf" in str(exc) or "unknown func" in str(exc):
@@ -321,6 +342,10 @@ class EbpfSource:
                     " programs (Linux >= 5.15 with BTF, /sys/kernel/btf/vmlinux)"
                 )
             raise CaptureError(f"loading the eBPF program failed: {exc}{hint} (run `otelbpf doctor`)") from exc
+        log.info(
+            "syscall registers: read %s",
+            "by plain loads from bpf_task_pt_regs" if self.regs_read == "load" else "with bpf_probe_read_kernel",
+        )
         self._configure_filter()
         self._configure_exclusions()
         try:
@@ -417,6 +442,35 @@ class EbpfSource:
                     f" (expected {family}, {protocol})" if seen else f"the offset check never saw {what}'s send"
                 )
         return None
+
+    def _compile(self, bpf_class, cflags: list[str]):
+        """Compile and load the probes, reading registers by plain loads; if
+        that fails and OTELBPF_REGS_READ does not pin a choice, try once more
+        with bpf_probe_read_kernel (a verifier that refuses loads from the
+        BTF pointer) and say so. The first error is the one raised when both
+        fail."""
+        choice = regs_read_choice()
+        first = choice or "load"
+        try:
+            bpf = bpf_class(text=program_text().encode(), cflags=cflags + [f"-DREGS_PROBE_READ={int(first == 'probe')}"])
+            self.regs_read = first
+            return bpf
+        except Exception as exc:
+            if choice is not None:
+                raise
+            failure = exc
+        try:
+            bpf = bpf_class(text=program_text().encode(), cflags=cflags + ["-DREGS_PROBE_READ=1"])
+        except Exception:
+            raise failure from None
+        log.warning(
+            "syscall registers: plain loads from bpf_task_pt_regs refused (%s); reading them with"
+            " bpf_probe_read_kernel (set %s=probe to skip the first try)",
+            str(failure).strip().splitlines()[-1] if str(failure).strip() else failure,
+            REGS_READ_ENV,
+        )
+        self.regs_read = "probe"
+        return bpf
 
     def _configure_filter(self) -> None:
         bpf = self._bpf
