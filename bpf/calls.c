@@ -77,7 +77,7 @@ static __always_inline void emit_call(__u64 id, struct call_frame *frame, __u64 
     rec->hdr.tid = (__u32)id;
     rec->hdr.fd = -1;
     rec->hdr.type = EV_CALL;
-    rec->hdr.task_id = current_task_id((__u32)id);
+    rec->hdr.task_id = thread_task_id(id);
     rec->info.probe_id = frame->probe_id;
     rec->info.end_ns = end_ns;
     __builtin_memcpy(rec->info.args, frame->args, sizeof(frame->args));

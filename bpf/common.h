@@ -78,6 +78,15 @@
 #ifndef EXCLUDES
 #define EXCLUDES 0 /* 1 when any exclusion is configured (-D from user space) */
 #endif
+/* The low bits of a traced_tgids entry are the reason above; the high bits
+ * say which optional probe families this process has used, set by those
+ * probes at the process's first call. The socket path reads them with the
+ * same array load as the filter and skips the per-event map work of a
+ * family the process never used (TLS attribution, asyncio task ids): nginx
+ * links libssl and serves plain HTTP, most servers are not asyncio. */
+#define REASON_MASK 0x0f
+#define USES_TLS 0x40   /* called an OpenSSL read/write (bpf/tls.c) */
+#define USES_TASKS 0x80 /* ran an asyncio task step (bpf/pytasks.c) */
 #define MAX_EXCLUDED_COMMS 8
 
 struct comm_key {
@@ -122,13 +131,16 @@ static __always_inline int is_traced(__u32 tgid)
 #if EXCLUDES
     /* One array load more than without exclusions: what MODE_LISTED pays. */
     __u8 *reason = traced_tgids.lookup(&tgid);
-    if (reason && *reason >= EXCLUDED_BY_COMM)
+    if (reason && (*reason & REASON_MASK) >= EXCLUDED_BY_COMM)
         return 0;
 #endif
     return tgid != AGENT_TGID && tgid != 0;
 #else
-    __u8 *reason = traced_tgids.lookup(&tgid);
-    return reason && *reason && *reason < EXCLUDED_BY_COMM;
+    __u8 *slot = traced_tgids.lookup(&tgid);
+    if (!slot)
+        return 0;
+    __u8 reason = *slot & REASON_MASK;
+    return reason && reason < EXCLUDED_BY_COMM;
 #endif
 }
 
@@ -153,6 +165,8 @@ static __always_inline int comm_excluded(const char *comm)
     return 0;
 }
 
+/* Sets the reason; the USES_* bits start afresh (a new program, a new
+ * process, or one user space just listed). */
 static __always_inline void set_traced(__u32 tgid, __u8 reason)
 {
     __u8 *slot = traced_tgids.lookup(&tgid);
@@ -163,13 +177,41 @@ static __always_inline void set_traced(__u32 tgid, __u8 reason)
 static __always_inline __u8 traced_reason(__u32 tgid)
 {
     __u8 *slot = traced_tgids.lookup(&tgid);
-    return slot ? *slot : 0;
+    return slot ? *slot & REASON_MASK : 0;
 }
 
-static __always_inline __u64 current_task_id(__u32 tid)
+/* The USES_* bits of a process (0 when it used none). */
+static __always_inline __u8 process_uses(__u32 tgid)
 {
+    __u8 *slot = traced_tgids.lookup(&tgid);
+    return slot ? *slot & ~REASON_MASK : 0;
+}
+
+/* Record that a process used a probe family; written once, read by every
+ * later socket event. A plain store (BPF has no 1-byte atomics): two
+ * families marked at the same instant on two CPUs may lose one bit, which
+ * that family's next call sets again. */
+static __always_inline void mark_process_uses(__u32 tgid, __u8 family)
+{
+    __u8 *slot = traced_tgids.lookup(&tgid);
+    if (slot && !(*slot & family))
+        *slot |= family;
+}
+
+/* The asyncio task the thread is running, 0 when none; `uses` is the
+ * process's USES_* bits: no hash lookup for a process that never ran one. */
+static __always_inline __u64 current_task_id(__u8 uses, __u32 tid)
+{
+    if (!(uses & USES_TASKS))
+        return 0;
     __u64 *task = py_current.lookup(&tid);
     return task ? *task : 0;
+}
+
+/* current_task_id for a probe that has not read its process's bits yet. */
+static __always_inline __u64 thread_task_id(__u64 pid_tgid)
+{
+    return current_task_id(process_uses(pid_tgid >> 32), (__u32)pid_tgid);
 }
 
 /* ---- the current syscall, from the saved user registers ----

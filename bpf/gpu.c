@@ -62,7 +62,7 @@ static __always_inline struct gpu_launch_count *gpu_count_launch(__u64 id, __u64
     struct gpu_launch_total *total = gpu_process_total(id >> 32);
     if (total)
         __sync_fetch_and_add(&total->count, 1); /* threads of one process on several CPUs */
-    struct gpu_launch_key key = {.tid = tid, .task = current_task_id(tid)};
+    struct gpu_launch_key key = {.tid = tid, .task = thread_task_id(id)};
     struct gpu_launch_count *count = gpu_launches.lookup(&key);
     if (count) {
         if (count->count == 0)
@@ -100,7 +100,7 @@ int gpu_launch_return(struct pt_regs *ctx)
 {
     __u64 id = bpf_get_current_pid_tgid();
     __u32 tid = (__u32)id;
-    struct gpu_launch_key key = {.tid = tid, .task = current_task_id(tid)};
+    struct gpu_launch_key key = {.tid = tid, .task = thread_task_id(id)};
     struct gpu_launch_count *count = gpu_launches.lookup(&key);
     if (!count || count->depth == 0)
         return 0;

@@ -14,8 +14,8 @@ TRACEPOINT_PROBE(sched, sched_process_fork)
      * harmless and goes away when the thread exits (sched_process_exit). */
     __u32 parent_tgid = bpf_get_current_pid_tgid() >> 32;
     __u8 reason = traced_reason(parent_tgid);
-    if (reason)
-        set_traced(args->child_pid, reason);
+    if (reason) /* the USES_* bits too: a forked worker keeps the parent's libraries and loop */
+        set_traced(args->child_pid, reason | process_uses(parent_tgid));
     return 0;
 }
 
@@ -27,6 +27,7 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     struct comm_key key = {};
     bpf_get_current_comm(&key.comm, sizeof(key.comm));
     __u8 reason = traced_reason(tgid);
+    set_traced(tgid, reason); /* a new program: its USES_* bits start afresh */
     if (reason != EXCLUDED_BY_PID && comm_excluded(key.comm)) {
         set_traced(tgid, EXCLUDED_BY_COMM);
         return 0;

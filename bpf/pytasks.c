@@ -13,12 +13,14 @@ BPF_HASH(py_depth, __u32, __u32, 16384);
 
 int py_send_enter(struct pt_regs *ctx)
 {
-    __u32 tid = (__u32)bpf_get_current_pid_tgid();
+    __u64 id = bpf_get_current_pid_tgid();
+    __u32 tid = (__u32)id;
     __u32 zero = 0;
     __u32 *depth = py_depth.lookup_or_try_init(&tid, &zero);
     if (!depth)
         return 0;
     if (*depth == 0) {
+        mark_process_uses(id >> 32, USES_TASKS); /* before py_current: socket events look there only then */
         __u64 coro = PT_REGS_PARM1(ctx);
         py_current.update(&tid, &coro);
     }

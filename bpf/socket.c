@@ -117,6 +117,7 @@ struct sock_io {
     __u8 kind;
     __u8 direction;
     __u8 flags;
+    __u8 uses; /* the process's USES_* bits (common.h) */
 };
 
 /* recvmmsg/sendmmsg in flight on a thread: which entry the next datagram is. */
@@ -459,7 +460,7 @@ static __always_inline void fill_hdr(struct event_hdr *hdr, __u64 id, struct soc
     hdr->direction = io->direction;
     hdr->source = SOURCE_SOCKET;
     hdr->total_len = io->total;
-    hdr->task_id = current_task_id((__u32)id);
+    hdr->task_id = current_task_id(io->uses, (__u32)id);
 }
 
 static __always_inline int emit_stream(__u64 id, struct sock_io *io)
@@ -605,6 +606,7 @@ static __always_inline int on_traced_sock_length(__u64 id, __u64 sk, __u16 famil
     io.direction = direction;
     io.total = (__u32)ret;
     io.fd = (int)syscall_arg(regs, 0);
+    io.uses = process_uses(id >> 32);
     __u64 vec = 0;
     int deferred = 0; /* UDP receive with a sender address: at the exit */
     if (direction == DIR_INGRESS) {

@@ -63,7 +63,7 @@ struct thread_io {
     __u64 conn_id;
     __u64 ts;
     __s32 fd;
-    __u32 pad;
+    __u32 tid; /* tls_recv_slot: the thread whose receive it holds (0: empty) */
 };
 
 /* LRU: a thread killed inside a call leaves its entry behind. */
@@ -71,6 +71,14 @@ BPF_TABLE("lru_hash", __u32, struct tls_call, tls_calls, 16384);
 BPF_TABLE("lru_hash", struct ssl_key, struct ssl_conn, ssl_conns, 65536);
 /* tid -> the last stream receive outside a TLS call (memory-BIO reads). */
 BPF_TABLE("lru_hash", __u32, struct thread_io, tls_last_recv, 16384);
+/* The same for a process that has not called OpenSSL yet (no USES_TLS): one
+ * slot per CPU, owned by the thread whose receive it holds, so most traffic
+ * (plain HTTP, nginx with libssl linked but unused) pays a store, not an LRU
+ * update per receive. Only that process's first memory-BIO SSL_read looks
+ * here: it follows its ciphertext's receive on the same thread, on the same
+ * CPU unless the thread was moved in between (then that one read goes
+ * unattributed, counted in STAT_TLS_UNATTRIBUTED). */
+BPF_PERCPU_ARRAY(tls_recv_slot, struct thread_io, 1);
 /* connection -> time of its latest receive made inside a TLS call: a later
  * SSL_read served from OpenSSL's read-ahead (no socket I/O inside) returns
  * bytes that had arrived by then. */
@@ -89,6 +97,21 @@ static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u6
     if (io->protocol == MY_IPPROTO_UDP || !conn_id)
         return;
     __u32 tid = (__u32)id;
+    if (!(io->uses & USES_TLS)) {
+        /* No OpenSSL call yet, so none in flight (tls_enter marks the
+         * process first) and no write waiting: keep the receive only. */
+        if (io->direction == DIR_INGRESS) {
+            int zero = 0;
+            struct thread_io *slot = tls_recv_slot.lookup(&zero);
+            if (slot) {
+                slot->conn_id = conn_id;
+                slot->ts = io->ts;
+                slot->fd = io->fd;
+                slot->tid = tid;
+            }
+        }
+        return;
+    }
     struct tls_call *call = tls_calls.lookup(&tid);
     if (call) {
         if (!call->conn_id) {
@@ -105,7 +128,7 @@ static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u6
         return;
     }
     if (io->direction == DIR_INGRESS) {
-        struct thread_io last = {.conn_id = conn_id, .ts = io->ts, .fd = io->fd};
+        struct thread_io last = {.conn_id = conn_id, .ts = io->ts, .fd = io->fd, .tid = tid};
         tls_last_recv.update(&tid, &last);
         return;
     }
@@ -135,6 +158,7 @@ static __always_inline int tls_enter(struct pt_regs *ctx, __u8 direction, int ex
     if (!is_traced(id >> 32))
         return 0;
     __u32 tid = (__u32)id;
+    mark_process_uses(id >> 32, USES_TLS); /* before tls_calls: socket.c looks there only then */
     struct tls_call call = {};
     call.ssl = PT_REGS_PARM1(ctx);
     call.buf = PT_REGS_PARM2(ctx);
@@ -170,6 +194,13 @@ static __always_inline __u64 tls_moved(struct tls_call *call, long ret)
 static __always_inline __u64 tls_attribute(__u32 tgid, __u32 tid, struct tls_call *call, struct ssl_key *key, __s32 *fd, __u64 *ts)
 {
     struct thread_io *last = tls_last_recv.lookup(&tid);
+    if (!last) {
+        /* the receive before this process's first OpenSSL call (tls_recv_slot) */
+        int zero = 0;
+        struct thread_io *slot = tls_recv_slot.lookup(&zero);
+        if (slot && slot->tid == tid)
+            last = slot;
+    }
     struct ssl_conn *bound = ssl_conns.lookup(key);
     if (bound) {
         *fd = bound->fd;
@@ -252,7 +283,7 @@ static __always_inline int tls_return(struct pt_regs *ctx)
     rec->hdr.source = SOURCE_TLS;
     rec->hdr.total_len = moved > 0xFFFFFFFFULL ? 0xFFFFFFFF : (__u32)moved;
     rec->hdr.captured_len = captured;
-    rec->hdr.task_id = current_task_id(tid);
+    rec->hdr.task_id = thread_task_id(id);
     if (hold) {
         /* a memory-BIO write on an SSL object not attributed yet: the next
          * send of this thread carries it (tls_saw_socket_io) */
