@@ -16,6 +16,7 @@ cdef class Linker:
     cdef public dict _pending_clients
     cdef public Py_ssize_t _pending_count
     cdef public dict _client_keys
+    cdef public dict _orphan_servers
     cdef public Py_ssize_t _task_decisions
     cdef public dict _task_call_done
     cdef public object _sent_messages
@@ -35,6 +36,8 @@ cdef class Linker:
     cdef void _open_window(self, SpanStart start) except *
     cdef void _remember_client(self, key, SpanStart start) except *
     cdef object _claim_client(self, key)
+    @cy.locals(server=SpanStart)
+    cdef bint _adopt_orphan(self, key, SpanStart client, ts_ns) except -1
     cpdef list end(self, SpanStart start, ts_ns, task_id=*)
     @cy.locals(windows=list)
     cdef void _close_window(self, SpanStart start) except *

@@ -75,6 +75,13 @@ MAX_SENT_MESSAGES = 65536
 #: A task's call is given up on this long after it completed with no
 #: response written by its task (the handler normally answers right away).
 TASK_DECISION_TIMEOUT_NS = 10_000_000_000
+#: A SERVER span that found no CLIENT span on its connection may still get
+#: one: on loopback the receiver can read a request before the sender's
+#: send is stamped (its wake-up ran in ksoftirqd, or the sender was preempted
+#: in between, bpf/socket.c woken_sk), so the client's start comes a little
+#: after the server's. A client start on the same pair, this soon after and
+#: while that server span is still open, adopts it.
+LATE_CLIENT_WINDOW_NS = 50_000_000
 
 
 @dataclass(slots=True)
@@ -127,6 +134,12 @@ class Linker:
         self._pending_count = 0
         #: id(SpanStart) -> pair key of a pending client (to withdraw it).
         self._client_keys: dict[int, tuple] = {}
+        #: The latest SERVER span of each pair key that found no client
+        #: (LATE_CLIENT_WINDOW_NS). Not removed at its end (one dict store per
+        #: such request is all it costs: a server traced without its clients,
+        #: nginx under wrk, makes one per request); emptied when it grows past
+        #: MAX_PENDING_CLIENTS keys.
+        self._orphan_servers: dict[tuple, SpanStart] = {}
         self._task_decisions = 0
         #: id(SpanStart) of undecided task calls -> when their exchange
         #: completed (0 while it is still running).
@@ -165,7 +178,7 @@ class Linker:
             self._open_window(start)
         elif message is not None:
             self._remember_message(message, start)
-        elif kind in _SENDING:
+        elif kind in _SENDING and not (self._orphan_servers and self._adopt_orphan(pair, start, ts_ns)):
             self._remember_client(pair, start)
         return start
 
@@ -196,7 +209,32 @@ class Linker:
         client = self._claim_client(pair)
         if client is not None:
             return SpanStart(client.group, new_span_id(), client.span_id, kind, pid, tid, CONNECTION)
-        return SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+        start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+        if pair is not None:
+            orphans = self._orphan_servers
+            if len(orphans) >= MAX_PENDING_CLIENTS:
+                orphans.clear()
+                self.counters.add("otelbpf.association.orphans_evicted", MAX_PENDING_CLIENTS)
+            orphans[pair] = start
+        return start
+
+    def _adopt_orphan(self, key: tuple | None, client: SpanStart, ts_ns: int) -> bool:
+        """``client`` started on a connection whose server end already began
+        its request without one (LATE_CLIENT_WINDOW_NS): that server span
+        becomes its child, its trace joining the client's."""
+        if key is None:
+            return False
+        server = self._orphan_servers.get(key)
+        if server is None or not 0 <= ts_ns - server.start_ns <= LATE_CLIENT_WINDOW_NS:
+            return False
+        del self._orphan_servers[key]
+        if not self._is_open(server):
+            return False
+        server.parent_span_id = client.span_id
+        server.association = CONNECTION
+        server.group.merge_into(client.group)
+        self.counters.add("otelbpf.association.late_clients")
+        return True
 
     def _receive_message(self, message: tuple, sole_reader: bool, kind: SpanKind, pid: int, tid: int) -> SpanStart:
         """A received message: linked to its sending span, and its child if it has one reader."""
@@ -345,6 +383,12 @@ class Linker:
         if id(start) in self._task_call_done:
             self._task_call_done[id(start)] = ts_ns
         return []
+
+    def _is_open(self, start: SpanStart) -> bool:
+        """Is ``start``'s request window still open (its exchange not ended)?"""
+        state = self._processes.get(start.pid)
+        windows = state.by_thread.get(start.tid) if state is not None else None
+        return bool(windows) and any(window is start for window in windows)
 
     def _close_window(self, start: SpanStart) -> None:
         state = self._processes.get(start.pid)

@@ -38,6 +38,8 @@ DESCRIPTIONS: dict[str, str] = {
     "otelbpf.association.ambiguous": "spans left without a parent because the evidence was ambiguous",
     "otelbpf.association.pending_evicted": "client spans not offered for connection pairing (too many waiting)",
     "otelbpf.association.messages_evicted": "sent messages (DDS samples) forgotten before their readers linked to them (bound)",
+    "otelbpf.association.late_clients": "server spans linked to a client span on their connection that was stamped after the server read the request (loopback)",
+    "otelbpf.association.orphans_evicted": "server spans without a client span forgotten before a late one could link them (bound)",
 }
 
 

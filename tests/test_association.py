@@ -107,6 +107,41 @@ def test_connection_pair_links_server_to_the_client_of_that_connection_in_order(
     assert other.parent_span_id == b""  # a different connection
 
 
+def test_a_client_stamped_after_its_server_read_the_request_still_becomes_its_parent():
+    """On loopback a send can be stamped after the receiver read it (its wake-up
+    ran elsewhere): the server started first, with no client to claim."""
+    link = linker()
+    server = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=1_000)
+    assert server.parent_span_id == b""
+    # the server's own call, linked to it by the thread rule before the client shows up
+    backend_call = link.start(Conn("10.0.0.2", 50500, "10.0.0.3", 9000), NO_HEADERS, CLIENT, pid=2, tid=21, ts_ns=1_002)
+    client = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=1_005)
+    assert server.parent_span_id == client.span_id and server.association == "connection"
+    assert server.trace_id == client.trace_id == backend_call.trace_id
+    assert link.counters.get("otelbpf.association.late_clients") == 1
+    assert link.pending_clients == 1  # the backend's own call; the adopting client is not left to claim
+    link.end(server, 2_000)
+    # the next request on the connection pairs the normal way
+    second = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=3_000)
+    served = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=3_001)
+    assert served.parent_span_id == second.span_id
+
+
+def test_a_late_client_never_adopts_a_server_span_that_ended_or_began_long_before():
+    link = linker()
+    ended = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=1_000)
+    link.end(ended, 2_000)
+    client = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=3_000)
+    assert ended.parent_span_id == b"" and link.pending_clients == 1
+    link.end(client, 4_000)
+
+    link = linker()
+    old = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=1_000)
+    link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=1_000 + 60_000_000)  # 60 ms later
+    assert old.parent_span_id == b""
+    assert link.counters.get("otelbpf.association.late_clients") == 0
+
+
 def test_unix_sockets_pair_by_socket_identity():
     link = linker()
     client = link.start(Conn(peer_sock_id=0xBEEF, sock_id=0xCAFE), NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=100)
