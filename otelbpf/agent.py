@@ -23,8 +23,13 @@ log = logging.getLogger("otelbpf")
 #: the ring: peak event rate x interval x record size must fit.
 DRAIN_INTERVAL_S = 0.010
 #: An idle tick stands this far behind the clock: past the reorder window, so
-#: an event still on its way is never overtaken by a time-based end.
+#: an event still on its way is never overtaken by a time-based end. It is
+#: given only when a drain found the kernel's ring empty (the agent caught up):
+#: an agent running behind (starved of CPU, or attaching a new process's
+#: probes) still has older events to read, and a tick from the clock would
+#: end, ahead of them, what they complete (a collective held for its ranks).
 IDLE_TICK_LAG_NS = 500_000_000
+IDLE_TICK_INTERVAL_S = 1.0
 
 
 class LiveSource(Protocol):
@@ -106,20 +111,22 @@ class Agent:
     def run(self, duration_s: float | None = None) -> None:
         deadline = time.monotonic() + duration_s if duration_s else None
         next_stats = time.monotonic() + self.stats_interval_s if self.stats_interval_s else None
-        next_kernel_sync = time.monotonic() + 1.0
+        next_kernel_sync = next_idle_tick = time.monotonic() + 1.0
         while not self._stop_requested:
             tick = time.monotonic()
-            self._drain_once()
+            drained = self._drain_once()
             if self.budget is not None:
                 self.budget.tick()
             now = time.monotonic()
             if now >= next_kernel_sync:
                 self._sync_kernel_counters()
-                # behind the reorder window, so no event still on its way is overtaken
-                self.pipeline.tick_idle(time.time_ns() - IDLE_TICK_LAG_NS)
                 for notice in self.pipeline.registry.notices():  # e.g. DDS data on shared memory
                     log.warning("otelbpf: %s", notice)
                 next_kernel_sync = now + 1.0
+            if now >= next_idle_tick and not drained:
+                # caught up, and behind the reorder window: no event still on its way is overtaken
+                self.pipeline.tick_idle(time.time_ns() - IDLE_TICK_LAG_NS)
+                next_idle_tick = now + IDLE_TICK_INTERVAL_S
             if next_stats is not None and now >= next_stats:
                 log.info("otelbpf: stats %s", json.dumps(self.stats()))
                 next_stats = now + self.stats_interval_s
@@ -132,15 +139,19 @@ class Agent:
         self.pipeline.finish()
         self.processor.shutdown(self.flush_timeout_s)
 
-    def _drain_once(self) -> None:
+    def _drain_once(self) -> int:
+        """Read what the kernel submitted and handle what is in order; returns
+        how many events were read (0: the ring was empty, the agent caught up)."""
         if self.discard_from is not None:
             dropped = self.discard_from.discard()
             if dropped:
                 self.counters.add("otelbpf.events.discarded", dropped)
-            return
-        ready = self.reorder.push(self.source.read())
+            return dropped
+        events = self.source.read()
+        ready = self.reorder.push(events)
         if ready:
             self.pipeline.handle(ready)
+        return len(events)
 
     def _sync_kernel_counters(self) -> None:
         try:
