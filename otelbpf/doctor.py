@@ -282,7 +282,7 @@ def check_task_regs() -> Check:
     and bpf_task_pt_regs() and reading a register the way the capture does:
     the socket capture reads the syscall's fd and buffers through them. Needs
     root and BCC; skipped (info) otherwise."""
-    from otelbpf.sources.ebpf import REGS_READ_ENV
+    from otelbpf.sources.ebpf import REGS_READ_ENV, CaptureError, regs_read_choice
 
     name = "task pt_regs helpers"
     if not _is_dir(TRACEFS / "events/sock/sock_send_length"):
@@ -298,7 +298,10 @@ def check_task_regs() -> Check:
         probe = _load_task_regs_probe(probe_read=True) if plain else None
     except ValueError as exc:  # no register layout for this machine
         return Check(name, FAIL, str(exc))
-    chosen = os.environ.get(REGS_READ_ENV, "").strip().lower()
+    try:
+        chosen = regs_read_choice()  # the same reading `run` makes
+    except CaptureError as exc:
+        return Check(name, FAIL, str(exc), f"unset {REGS_READ_ENV}, or set it to load or probe")
     if plain is None:
         how = "registers read by plain loads (the verifier checks them against BTF)"
         if chosen == "probe":

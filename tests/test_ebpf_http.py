@@ -455,3 +455,11 @@ def test_doctor_loads_the_register_read_the_capture_uses():
     check = check_task_regs()
     assert check.status == OK, check
     assert "plain loads" in check.detail
+
+
+def test_doctor_names_a_wrong_regs_read_setting(monkeypatch):
+    from otelbpf.doctor import FAIL, check_task_regs
+
+    monkeypatch.setenv("OTELBPF_REGS_READ", "peek")
+    check = check_task_regs()
+    assert check.status == FAIL and "OTELBPF_REGS_READ='peek': expected load or probe" in check.detail
