@@ -26,6 +26,8 @@ _PROPAGATORS = (
     ("b3", B3SingleFormat(), "b3"),
     ("x-b3-traceid", B3MultiFormat(), "b3multi"),
 )
+#: A propagator only runs when its header is present.
+_REQUIRED_HEADERS = tuple(header for header, _, _ in _PROPAGATORS)
 _TRACE_HEADERS = frozenset(header for header, _, _ in _PROPAGATORS) | {"tracestate", "x-b3-spanid", "x-b3-sampled", "x-b3-parentspanid", "x-b3-flags"}
 
 
@@ -38,13 +40,25 @@ class RemoteParent:
 
 
 def extract_parent(headers: Iterable[tuple[str, str]]) -> RemoteParent | None:
-    """The remote parent named by the request's headers (lower-cased names), if valid."""
+    """The remote parent named by the request's headers (lower-cased names), if valid.
+
+    ``headers`` is a sequence of pairs, or an object that also answers
+    ``has_any(names)`` and ``get(name)`` (first value or None) without walking
+    every field."""
     carrier: dict[str, str] | None = None
-    for name, value in headers:
-        if name in _TRACE_HEADERS:
-            if carrier is None:
-                carrier = {}
-            carrier.setdefault(name, value)
+    has_any = getattr(headers, "has_any", None)
+    if has_any is not None:
+        # Fields kept as text and looked up by name (HTTP/1's FieldBlock): a few
+        # searches instead of splitting every field into a pair.
+        if not has_any(_REQUIRED_HEADERS):
+            return None
+        carrier = {name: value for name in _TRACE_HEADERS if (value := headers.get(name)) is not None}
+    else:
+        for name, value in headers:
+            if name in _TRACE_HEADERS:
+                if carrier is None:
+                    carrier = {}
+                carrier.setdefault(name, value)
     if carrier is None:
         return None
     for header, propagator, fmt in _PROPAGATORS:

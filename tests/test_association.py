@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import pytest
+
 from otelbpf.association import TASK_DECISION_TIMEOUT_NS, Linker, hold_or_release, release
 from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.propagation import extract_parent
 from otelbpf.selfmetrics import Counters
+from protocols.http1.parse import HeadComplete, HttpParser
+from protocols.http1.types import FieldBlock
 
 SERVER, CLIENT = SpanKind.SERVER, SpanKind.CLIENT
 TRACEPARENT = ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
@@ -270,3 +275,29 @@ def test_message_rule_links_every_reader_and_parents_only_a_sole_reader():
     # the receiving span opens a window: the callback's next publish is its child
     republished = link.start(OUTBOUND, Message(("rtps", b"v", 1)), SpanKind.PRODUCER, pid=2, tid=21, ts_ns=104)
     assert republished.parent_span_id == only.span_id and republished.association == "thread"
+
+
+
+@pytest.mark.parametrize(
+    ("lines", "linked"),
+    [
+        (["traceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "TraceState: k=v"], True),
+        (["Uber-Trace-Id: 4bf92f3577b34da6a3ce929d0e0e4736:00f067aa0ba902b7:0:1"], True),
+        (["b3: 4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-1"], True),
+        (["X-B3-TraceId: 4bf92f3577b34da6a3ce929d0e0e4736", "X-B3-SpanId: 00f067aa0ba902b7", "X-B3-Sampled: 1"], True),
+        (["traceparent: 00-not-a-valid-context"], False),
+        (["tracestate: k=v"], False),
+        (["Accept: */*"], False),
+    ],
+    ids=["w3c", "jaeger", "b3-single", "b3-multi", "invalid", "state-only", "none"],
+)
+def test_trace_context_from_parsed_fields_is_what_the_pairs_give(lines, linked):
+    """The parser keeps a head's fields as text (FieldBlock); trace context is looked
+    up by name there. It must name the same parent as the pairs would."""
+    head = ("GET / HTTP/1.1\r\nHost: h\r\n" + "\r\n".join(lines) + "\r\n\r\n").encode()
+    (message,) = [e.message for e in HttpParser("request").feed(head, 1) if isinstance(e, HeadComplete)]
+    assert type(message.headers) is FieldBlock
+    from_block, from_pairs = extract_parent(message.headers), extract_parent(list(message.headers))
+    assert from_block == from_pairs and (from_block is not None) == linked
+    if linked:
+        assert from_block.trace_id == bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")

@@ -5,7 +5,7 @@
 cimport cython as cy
 from otelbpf.connections cimport Connection
 from otelbpf.identity cimport SpanStart
-from protocols.http1.types cimport HttpExchange, HttpRequest, HttpResponse
+from protocols.http1.types cimport FieldBlock, HttpExchange, HttpRequest, HttpResponse
 
 
 cdef class Http1Semantics:
@@ -23,5 +23,6 @@ cdef class Http1Semantics:
 # imports some).
 cpdef derive_route(path)
 cpdef tuple split_target(target)
+@cy.locals(block=FieldBlock)
 cpdef tuple _host_and_user_agent(headers)
 cpdef tuple split_host(host, default_port)

@@ -49,7 +49,7 @@ from otelbpf.semconv import (
     URL_QUERY,
     URL_SCHEME,
 )
-from protocols.http1.types import PROTOCOL, HttpExchange
+from protocols.http1.types import PROTOCOL, FieldBlock, HttpExchange
 
 _UUID = re.compile(r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}$")
 _HEX_ID = re.compile(r"^(?=.*\d)[0-9a-fA-F]{12,}$")
@@ -103,9 +103,12 @@ def split_target(target: str) -> tuple[str, str]:
     return path or "/", query
 
 
-def _host_and_user_agent(headers: list[tuple[str, str]]) -> tuple[str, str | None]:
+def _host_and_user_agent(headers: FieldBlock | list[tuple[str, str]]) -> tuple[str, str | None]:
     """The first ``host`` (or "") and ``user-agent`` values, in one pass over the
     headers (what ``request.header`` gives for each, for half the walking)."""
+    if type(headers) is FieldBlock:  # two searches of the head's text, no pairs built
+        block: FieldBlock = headers
+        return block.get("host") or "", block.get("user-agent")
     host = user_agent = None
     for name, value in headers:
         if name == "host":

@@ -4,7 +4,7 @@
 # its states and framings C ints, and its private steps C methods (called
 # directly, not looked up and called as Python methods).
 cimport cython as cy
-from protocols.http1.types cimport HttpMessageBase, HttpRequest, HttpResponse
+from protocols.http1.types cimport FieldBlock, HttpMessageBase, HttpRequest, HttpResponse
 
 cdef int _HEAD, _FIXED_BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _TRAILERS, _UNTIL_CLOSE, _RESYNC, _OPAQUE
 cdef int _NO_FRAMING, _LENGTH, _CHUNKED, _OTHER_CODING, _INVALID
@@ -46,8 +46,11 @@ cdef class HttpParser:
     cdef tuple _take_section(self, data, Py_ssize_t pos, bytes terminator, Py_ssize_t limit, list events)
     @cy.locals(message=HttpMessageBase)
     cdef void _take_body(self, data, Py_ssize_t pos, Py_ssize_t count, long long ts_ns, list events) except *
-    @cy.locals(message=HttpMessageBase)
+    @cy.locals(message=HttpMessageBase, text=str, end_of_start=Py_ssize_t, start_line=str)
     cdef void _on_head(self, head, long long ts_ns, list events) except *
+    @cy.locals(size=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t, colon=Py_ssize_t, name_size=Py_ssize_t, name=str,
+               value=str)
+    cdef object _fields(self, str text, Py_ssize_t first)
     @cy.locals(fields=list, line=str, name=str, colon=str, value=str)
     cdef list _parse_fields(self, list lines)
     cdef void _frame_request(self, HttpRequest request, list events) except *
@@ -70,7 +73,8 @@ cdef Py_ssize_t _skip_blank_lines(data, Py_ssize_t pos) except -1
 cdef object _new_request(str start_line)
 @cy.locals(size=Py_ssize_t)
 cdef object _new_response(str start_line)
-cdef tuple _body_framing(list headers)
+@cy.locals(block=FieldBlock)
+cdef tuple _body_framing(object headers)
 cdef bint _is_version(str text) except -1
 
 

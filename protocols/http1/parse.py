@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from protocols.http1.types import HttpRequest, HttpResponse
+from protocols.http1.types import FieldBlock, HttpRequest, HttpResponse
 
 HttpMessage = HttpRequest | HttpResponse
 
@@ -454,21 +454,53 @@ class HttpParser:
     # -- heads --------------------------------------------------------------
 
     def _on_head(self, head: bytes, ts_ns: int, events: list[ParserEvent]) -> None:
-        lines = head.decode("latin-1").split("\r\n")
-        if len(lines) - 1 > self.max_headers:
+        text = head.decode("latin-1")
+        if text.count("\r\n") > self.max_headers:
             self._lose_sync(events)
             return
-        message = _new_request(lines[0]) if self._is_request else _new_response(lines[0])
+        end_of_start = text.find("\r\n")
+        start_line = text if end_of_start < 0 else text[:end_of_start]
+        message = _new_request(start_line) if self._is_request else _new_response(start_line)
         if message is None:
             self._lose_sync(events)
             return
-        message.headers = self._parse_fields(lines[1:])
+        if end_of_start >= 0:
+            message.headers = self._fields(text, end_of_start + 2)
         message.start_ns = self._head_start_ns
         message.head_end_ns = ts_ns
         if isinstance(message, HttpRequest):
             self._frame_request(message, events)
         else:
             self._frame_response(message, events)
+
+    def _fields(self, text: str, first: int) -> FieldBlock | list[tuple[str, str]]:
+        """The head's fields from ``first`` on: a :class:`FieldBlock` (split into
+        pairs only if a consumer walks them) when every line is a well-formed
+        ``name:value``; otherwise the pairs, parsed now so that bad lines are
+        counted and folded lines joined."""
+        size = len(text)
+        start = first
+        content_length: str | None = None
+        transfer_coding: str | None = None
+        while True:
+            end = text.find("\r\n", start)
+            if end < 0:
+                end = size
+            colon = text.find(":", start, end)
+            if colon <= start or text[start] == " " or text[start] == "\t":
+                return self._parse_fields(text[first:].split("\r\n"))
+            name_size = colon - start
+            if name_size == 14 or name_size == 17:  # len("content-length"), len("transfer-encoding")
+                name = text[start:colon].lower()
+                if name == "content-length":
+                    value = text[colon + 1 : end].strip()
+                    content_length = value if content_length is None else f"{content_length},{value}"
+                elif name == "transfer-encoding":
+                    value = text[colon + 1 : end].strip()
+                    transfer_coding = value if transfer_coding is None else f"{transfer_coding},{value}"
+            if end == size:
+                return FieldBlock(text, first, content_length, transfer_coding)
+            start = end + 2
 
     def _parse_fields(self, lines: list[str]) -> list[tuple[str, str]]:
         """``name: value`` lines to pairs; bad lines are counted and skipped."""
@@ -656,15 +688,20 @@ def _is_version(text: str) -> bool:
     return len(text) == 8 and text.startswith("HTTP/1.") and text[7] in _DIGITS
 
 
-def _body_framing(headers: list[tuple[str, str]]) -> tuple[int, int]:
+def _body_framing(headers: FieldBlock | list[tuple[str, str]]) -> tuple[int, int]:
     """How the body is delimited, per RFC 9112 §6.3 (Transfer-Encoding wins)."""
     content_length: str | None = None
     transfer_coding: str | None = None
-    for name, value in headers:
-        if name == "content-length":
-            content_length = value if content_length is None else f"{content_length},{value}"
-        elif name == "transfer-encoding":
-            transfer_coding = value if transfer_coding is None else f"{transfer_coding},{value}"
+    if type(headers) is FieldBlock:  # found while the parser checked the lines
+        block: FieldBlock = headers
+        content_length = block.content_length
+        transfer_coding = block.transfer_coding
+    else:
+        for name, value in headers:
+            if name == "content-length":
+                content_length = value if content_length is None else f"{content_length},{value}"
+            elif name == "transfer-encoding":
+                transfer_coding = value if transfer_coding is None else f"{transfer_coding},{value}"
     if transfer_coding is not None:
         if transfer_coding.rpartition(",")[2].strip().lower() == "chunked":
             return _CHUNKED, 0

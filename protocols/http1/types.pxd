@@ -5,6 +5,33 @@
 cimport cython as cy
 
 
+# A head's fields as text, split into pairs only on demand (types.py).
+@cy.final
+cdef class FieldBlock:
+    cdef public object content_length
+    cdef public object transfer_coding
+    cdef str _text
+    cdef object _lowered
+    cdef Py_ssize_t _before
+    cdef object _pairs
+
+    @cy.locals(lowered=str)
+    cdef Py_ssize_t _search(self, str pattern, Py_ssize_t start) except -2
+    @cy.locals(pattern=str, found=Py_ssize_t)
+    cpdef object get(self, str name)
+    @cy.locals(found=Py_ssize_t, values=list)
+    cpdef list get_all(self, str name)
+    cpdef bint has(self, str name) except -1
+    cpdef bint has_any(self, tuple names) except -1
+    @cy.locals(end=Py_ssize_t)
+    cdef str _value_at(self, Py_ssize_t start)
+    cpdef list pairs(self)
+
+
+cdef dict _LINE_STARTS
+cdef str _line_start(str name)
+
+
 cdef class HttpMessageBase:
     cdef public object version
     cdef public object headers
