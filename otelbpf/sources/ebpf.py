@@ -108,6 +108,12 @@ def regs_read_choice() -> str | None:
     return wanted
 
 
+def _last_line(exc: BaseException) -> str:
+    """The last line of a BCC load error (the verifier's or compiler's verdict)."""
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else repr(exc)
+
+
 #: bpf/socket.c's SK_CHECK_LEN: the start-up offset check sends datagrams of this + slot bytes.
 SK_CHECK_LEN = 7919
 
@@ -320,7 +326,7 @@ class EbpfSource:
                 self._bpf = self._compile(BPF, cflags + plan.cflags())
                 problem = self._check_sock_offsets()
             except Exception as exc:  # noqa: BLE001 - BCC raises plain Exception; the classic path may still work
-                problem = f"raw tracepoints failed to load: {str(exc).strip().splitlines()[-1] if str(exc).strip() else exc}"
+                problem = f"raw tracepoints failed to load: {_last_line(exc)}"
             if problem:
                 if self._bpf is not None:
                     self._bpf.cleanup()
@@ -466,7 +472,7 @@ class EbpfSource:
         log.warning(
             "syscall registers: plain loads from bpf_task_pt_regs refused (%s); reading them with"
             " bpf_probe_read_kernel (set %s=probe to skip the first try)",
-            str(failure).strip().splitlines()[-1] if str(failure).strip() else failure,
+            _last_line(failure),
             REGS_READ_ENV,
         )
         self.regs_read = "probe"
