@@ -48,8 +48,7 @@ cdef class HttpParser:
     cdef void _take_body(self, data, Py_ssize_t pos, Py_ssize_t count, long long ts_ns, list events) except *
     @cy.locals(message=HttpMessageBase, text=str, end_of_start=Py_ssize_t, start_line=str)
     cdef void _on_head(self, head, long long ts_ns, list events) except *
-    @cy.locals(size=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t, colon=Py_ssize_t, name_size=Py_ssize_t, name=str,
-               value=str)
+    @cy.locals(size=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t, colon=Py_ssize_t, name_size=Py_ssize_t, name=str)
     cdef object _fields(self, str text, Py_ssize_t first)
     @cy.locals(fields=list, line=str, name=str, colon=str, value=str)
     cdef list _parse_fields(self, list lines)
@@ -76,6 +75,7 @@ cdef object _new_response(str start_line)
 @cy.locals(block=FieldBlock)
 cdef tuple _body_framing(object headers)
 cdef bint _is_version(str text) except -1
+cdef str _joined(previous, str value)
 
 
 # The parser's events: extension types with a C __init__ (fields as in parse.py).

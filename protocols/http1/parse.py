@@ -493,11 +493,9 @@ class HttpParser:
             if name_size == 14 or name_size == 17:  # len("content-length"), len("transfer-encoding")
                 name = text[start:colon].lower()
                 if name == "content-length":
-                    value = text[colon + 1 : end].strip()
-                    content_length = value if content_length is None else f"{content_length},{value}"
+                    content_length = _joined(content_length, text[colon + 1 : end].strip())
                 elif name == "transfer-encoding":
-                    value = text[colon + 1 : end].strip()
-                    transfer_coding = value if transfer_coding is None else f"{transfer_coding},{value}"
+                    transfer_coding = _joined(transfer_coding, text[colon + 1 : end].strip())
             if end == size:
                 return FieldBlock(text, first, content_length, transfer_coding)
             start = end + 2
@@ -699,9 +697,9 @@ def _body_framing(headers: FieldBlock | list[tuple[str, str]]) -> tuple[int, int
     else:
         for name, value in headers:
             if name == "content-length":
-                content_length = value if content_length is None else f"{content_length},{value}"
+                content_length = _joined(content_length, value)
             elif name == "transfer-encoding":
-                transfer_coding = value if transfer_coding is None else f"{transfer_coding},{value}"
+                transfer_coding = _joined(transfer_coding, value)
     if transfer_coding is not None:
         if transfer_coding.rpartition(",")[2].strip().lower() == "chunked":
             return _CHUNKED, 0
@@ -712,6 +710,11 @@ def _body_framing(headers: FieldBlock | list[tuple[str, str]]) -> tuple[int, int
     if length is None:
         return _INVALID, 0
     return _LENGTH, length
+
+
+def _joined(previous: str | None, value: str) -> str:
+    """A repeated field's values as one comma-separated list (RFC 9110 §5.3)."""
+    return value if previous is None else f"{previous},{value}"
 
 
 def _content_length(value: str) -> int | None:
