@@ -83,6 +83,20 @@ def rtps_spans(spans):
     return [s for s in spans if s.scope == "otelbpf.rtps"]
 
 
+def describe(traces) -> str:
+    """Every trace's spans, one per line, in start order: what a failed chain assertion shows."""
+    lines = []
+    for spans in traces:
+        lines.append(f"trace {spans[0].span.trace_id.hex()[:8]}:")
+        for s in sorted(spans, key=lambda s: s.span.start_time_unix_nano):
+            lines.append(
+                f"  {s.span.start_time_unix_nano % 10**11 / 1e6:10.3f} ms pid {s.resource.get('process.pid')}"
+                f" kind {s.span.kind} {s.name!r} id {s.span.span_id.hex()[:6]} parent {s.span.parent_span_id.hex()[:6]}"
+                f" message {s.attributes.get('messaging.message.id')} via {s.attributes.get('otelbpf.association')}"
+            )
+    return "\n".join(lines)
+
+
 def by_message(spans, kind):
     out = defaultdict(list)
     for span in spans:
@@ -105,7 +119,7 @@ def test_camera_detector_planner_is_one_trace_per_frame_with_fragmented_images(a
     for span in spans:
         traces[span.span.trace_id].append(span)
     chains = [t for t in traces.values() if len(t) == 4]
-    assert len(chains) == frames, sorted((s.name, s.span.trace_id.hex()) for s in spans)
+    assert len(chains) == frames, describe(traces.values())
     for chain in chains:
         names = {(s.span.kind, s.name) for s in chain}
         assert names == {
