@@ -146,8 +146,9 @@ class Linker:
         self._task_call_done: dict[int, int] = {}
         #: Sending spans of messages, by the exchange's ``message_key``.
         self._sent_messages: OrderedDict[tuple, SpanStart] = OrderedDict()
-        #: Receiving spans seen before their message's sending span, by ``message_key``.
-        self._unsent_messages: OrderedDict[tuple, list[SpanStart]] = OrderedDict()
+        #: Receiving spans seen before their message's sending span, by
+        #: ``message_key``: (span, whether it is the message's sole reader).
+        self._unsent_messages: OrderedDict[tuple, list[tuple[SpanStart, bool]]] = OrderedDict()
         #: Told of every request window that opens (``opened(start)``) and
         #: closes (``closed(start, ts_ns)``): GPU engine steps link the
         #: requests in flight (otelbpf/semantics/gpu_steps.py).
@@ -241,7 +242,7 @@ class Linker:
         sender = self._sent_messages.get(message)
         if sender is None:
             start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
-            self._await_sender(message, start)
+            self._await_sender(message, start, sole_reader)
             return start
         if sole_reader:
             start = SpanStart(sender.group, new_span_id(), sender.span_id, kind, pid, tid, MESSAGE)
@@ -250,16 +251,18 @@ class Linker:
         start.links = [sender]
         return start
 
-    def _await_sender(self, message: tuple, start: SpanStart) -> None:
-        """``start`` received ``message`` before its sending was seen: link it if that comes."""
+    def _await_sender(self, message: tuple, start: SpanStart, sole_reader: bool) -> None:
+        """``start`` received ``message`` before its sending was seen (a local
+        datagram read on another CPU before the sender's syscall returned):
+        it is linked, and parented, if that comes (``_sender_seen``)."""
         waiting = self._unsent_messages
         readers = waiting.get(message)
         if readers is None:
-            waiting[message] = [start]
+            waiting[message] = [(start, sole_reader)]
             if len(waiting) > MAX_SENT_MESSAGES:  # senders never seen (not traced): no loss to count
                 waiting.popitem(last=False)
         else:
-            readers.append(start)
+            readers.append((start, sole_reader))
 
     def _remember_message(self, message: tuple, start: SpanStart) -> None:
         sent = self._sent_messages
@@ -268,10 +271,23 @@ class Linker:
             sent.popitem(last=False)
             self.counters.add("otelbpf.association.messages_evicted")
         if self._unsent_messages:
-            for reader in self._unsent_messages.pop(message, ()):
-                reader.links = [start]
-                reader.association = MESSAGE
-                self.counters.add("otelbpf.association.messages_linked_late")
+            for reader, sole_reader in self._unsent_messages.pop(message, ()):
+                self._sender_seen(reader, sole_reader, start)
+
+    def _sender_seen(self, reader: SpanStart, sole_reader: bool, sender: SpanStart) -> None:
+        """The sending span of a message ``reader`` received earlier: what
+        ``_receive_message`` would have given it. The parent too while the
+        reader's span is open (so none of its trace has left yet); its trace,
+        with the spans already placed under it, joins the sender's, as a late
+        client's server does (``_adopt_orphan``)."""
+        reader.links = [sender]
+        reader.association = MESSAGE
+        if sole_reader and self._is_open(reader):
+            reader.parent_span_id = sender.span_id
+            reader.group.merge_into(sender.group)
+            self.counters.add("otelbpf.association.messages_parented_late")
+        else:
+            self.counters.add("otelbpf.association.messages_linked_late")
 
     def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int, off_request=None) -> SpanStart:
         if task_id and self._task_decisions < MAX_TASK_DECISIONS:

@@ -277,6 +277,33 @@ def test_message_rule_links_every_reader_and_parents_only_a_sole_reader():
     assert republished.parent_span_id == only.span_id and republished.association == "thread"
 
 
+def test_a_message_received_before_its_send_was_seen_is_linked_and_parented_when_it_comes():
+    """On loopback the receiver can read a datagram on another CPU before the
+    sender's syscall returned, so the receive reaches the linker first."""
+    link = linker()
+    got = link.start(INBOUND, Message(("rtps", b"w", 1)), SpanKind.CONSUMER, pid=2, tid=21, ts_ns=101)
+    assert got.parent_span_id == b"" and not got.links
+    # the callback publishes on the receiving thread before the sender shows up
+    republished = link.start(OUTBOUND, Message(("rtps", b"v", 1)), SpanKind.PRODUCER, pid=2, tid=21, ts_ns=102)
+    shared = link.start(INBOUND, Message(("rtps", b"w", 1), sole_reader=False), SpanKind.CONSUMER, pid=3, tid=31, ts_ns=103)
+    sent = link.start(OUTBOUND, Message(("rtps", b"w", 1)), SpanKind.PRODUCER, pid=1, tid=11, ts_ns=100)
+    assert got.parent_span_id == sent.span_id and got.links == [sent] and got.association == "message"
+    assert got.trace_id == sent.trace_id == republished.trace_id  # what was placed under it follows
+    assert shared.links == [sent] and shared.parent_span_id == b"" and shared.trace_id != sent.trace_id
+    assert link.counters.get("otelbpf.association.messages_parented_late") == 1
+    assert link.counters.get("otelbpf.association.messages_linked_late") == 1
+
+
+def test_a_late_sender_only_links_a_receive_whose_span_has_ended():
+    link = linker()
+    got = link.start(INBOUND, Message(("rtps", b"w", 1)), SpanKind.CONSUMER, pid=2, tid=21, ts_ns=101)
+    trace_id = got.trace_id
+    link.end(got, 150)  # its span may have left already: its trace and parent stay as they were
+    sent = link.start(OUTBOUND, Message(("rtps", b"w", 1)), SpanKind.PRODUCER, pid=1, tid=11, ts_ns=100)
+    assert got.links == [sent] and got.parent_span_id == b"" and got.trace_id == trace_id
+    assert link.counters.get("otelbpf.association.messages_linked_late") == 1
+
+
 
 @pytest.mark.parametrize(
     ("lines", "linked"),
