@@ -276,18 +276,32 @@ class Linker:
 
     def _sender_seen(self, reader: SpanStart, sole_reader: bool, sender: SpanStart) -> None:
         """The sending span of a message ``reader`` received earlier: what
-        ``_receive_message`` would have given it. The parent too while the
-        reader's span is open (so none of its trace has left yet); its trace,
-        with the spans already placed under it, joins the sender's, as a late
-        client's server does (``_adopt_orphan``)."""
+        ``_receive_message`` would have given it, the parent only while the
+        reader's span is open."""
         reader.links = [sender]
         reader.association = MESSAGE
         if sole_reader and self._is_open(reader):
-            reader.parent_span_id = sender.span_id
-            reader.group.merge_into(sender.group)
-            self.counters.add("otelbpf.association.messages_parented_late")
+            self._parent_late(reader, sender)
         else:
             self.counters.add("otelbpf.association.messages_linked_late")
+
+    def message_completed(self, reader: SpanStart, exchange) -> None:
+        """A received message's exchange is ending (before ``end``): a reader
+        linked to its sender but not its child, because discovery had not yet
+        counted the topic's readers when it started (Cyclone DDS may send a
+        new writer's first sample before announcing the writer), becomes the
+        child now if the exchange turned out to have one reader."""
+        if reader.links and not reader.parent_span_id and exchange.sole_reader and self._is_open(reader):
+            self._parent_late(reader, reader.links[0])
+
+    def _parent_late(self, reader: SpanStart, sender: SpanStart) -> None:
+        """``sender`` becomes the parent of ``reader``, an open span (so
+        nothing of its trace has left yet): its trace, with the spans already
+        placed under it, joins the sender's, as a late client's server does
+        (``_adopt_orphan``)."""
+        reader.parent_span_id = sender.span_id
+        reader.group.merge_into(sender.group)
+        self.counters.add("otelbpf.association.messages_parented_late")
 
     def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int, off_request=None) -> SpanStart:
         if task_id and self._task_decisions < MAX_TASK_DECISIONS:

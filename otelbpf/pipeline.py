@@ -24,7 +24,7 @@ import logging
 from functools import partial
 from typing import Callable, Protocol
 
-from otelbpf.association import Linker, hold_or_release, release
+from otelbpf.association import MESSAGE, Linker, hold_or_release, release
 from otelbpf.connections import Connection, ConnectionTable
 from otelbpf.events import (
     CallEvent,
@@ -320,6 +320,8 @@ class Pipeline:
             ts, task_id = event.ts_ns, event.task_id
         else:
             ts, task_id = exchange.end_ns, 0
+        if start.association is MESSAGE and not start.parent_span_id:
+            self.linker.message_completed(start, exchange)
         settled = self.linker.end(start, ts, task_id)
         outcome = exchange.outcome
         if outcome is not Outcome.COMPLETE:

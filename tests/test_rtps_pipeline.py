@@ -87,6 +87,49 @@ def test_readers_that_receive_before_the_send_is_seen_are_linked_when_it_comes()
         assert got.parent_span_id == b"" and got.attributes["otelbpf.association"] == "message"
 
 
+def test_a_sole_reader_that_receives_before_the_send_is_seen_becomes_its_child():
+    """The same race with one reader: the receive, and the sample its callback
+    published meanwhile, join the sender's trace when the send comes."""
+    announce = build.announce_writer(A, W, "rt/image", "Image_")
+    relay_writer = build.USER_WRITER[:-1] + b"\x02"
+    relay = build.announce_writer(B, relay_writer, "rt/objects", "Objects_")
+    spans = run([
+        datagram(1, 3, Direction.EGRESS, announce, 1000, 7411),
+        datagram(2, 3, Direction.EGRESS, build.announce_reader(B, build.USER_READER, "rt/image"), 1002, 7410),
+        datagram(2, 3, Direction.EGRESS, relay, 1003, 7410),
+        datagram(2, 3, Direction.INGRESS, build.sample(A, W, 1), 1990, 7410),
+        datagram(2, 3, Direction.EGRESS, build.sample(B, relay_writer, 1), 1995, 7412),
+        datagram(1, 3, Direction.EGRESS, build.sample(A, W, 1), 2000, 7411),
+    ])  # fmt: skip
+    sent, got, relayed = (
+        next(s for s in spans if s.name == name) for name in ("send rt/image", "receive rt/image", "send rt/objects")
+    )
+    assert got.parent_span_id == sent.span_id and [link.span_id for link in got.links] == [sent.span_id]
+    assert relayed.parent_span_id == got.span_id
+    assert sent.trace_id == got.trace_id == relayed.trace_id
+
+
+def test_a_first_sample_sent_before_its_writer_was_announced_still_parents_its_sole_reader():
+    """Cyclone DDS may send a new writer's first sample before its SEDP
+    announcement: neither side knows the topic, nor so its readers, when the
+    sample starts its spans. They are counted when the spans complete."""
+    reader = build.announce_reader(B, build.USER_READER, "rt/image")
+    announce = build.announce_writer(A, W, "rt/image", "Image_")
+    spans = run([
+        datagram(2, 3, Direction.EGRESS, reader, 1000, 7410),
+        datagram(1, 3, Direction.INGRESS, reader, 1001, 7411),
+        datagram(1, 3, Direction.EGRESS, build.sample(A, W, 1), 2000, 7411),
+        datagram(2, 3, Direction.INGRESS, build.sample(A, W, 1), 2010, 7410),
+        datagram(1, 3, Direction.EGRESS, announce, 2050, 7411),
+        datagram(2, 3, Direction.INGRESS, announce, 2060, 7410),
+    ])  # fmt: skip
+    [sent] = [s for s in spans if s.kind == SpanKind.PRODUCER]
+    [got] = [s for s in spans if s.kind == SpanKind.CONSUMER]
+    assert (sent.name, got.name) == ("send rt/image", "receive rt/image")
+    assert got.parent_span_id == sent.span_id and got.trace_id == sent.trace_id
+    assert [link.span_id for link in got.links] == [sent.span_id]
+
+
 def test_unknown_topic_is_said_and_the_writer_named():
     spans = run([datagram(2, 3, Direction.INGRESS, build.sample(A, W, 1), 10, 7410)])
     [span] = spans

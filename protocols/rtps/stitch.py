@@ -230,11 +230,16 @@ class RtpsSession:
         out.extend(self._completed(exchange) for exchange in done)
 
     def _completed(self, exchange: RtpsExchange) -> ExchangeCompleted:
-        """End it, naming its topic if discovery announced the writer meanwhile."""
+        """End it, naming its topic and counting its readers if discovery
+        announced them meanwhile (a receiving span whose sole reader is known
+        only now still becomes its sender's child: ``Linker.message_completed``)."""
+        directory = self.state.directory
         if not exchange.topic:
-            endpoint = self.state.directory.endpoint(exchange.writer_guid)
+            endpoint = directory.endpoint(exchange.writer_guid)
             if endpoint is not None:
                 exchange.topic, exchange.type_name = endpoint.topic, endpoint.type_name
+        if not exchange.readers and exchange.topic:
+            exchange.readers = directory.readers(exchange.topic)
         return ExchangeCompleted(exchange)
 
 
