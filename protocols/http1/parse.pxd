@@ -14,6 +14,7 @@ cdef int _NO_FRAMING, _LENGTH, _CHUNKED, _OTHER_CODING, _INVALID
 cdef class HttpParser:
     cdef public str kind
     cdef public Py_ssize_t body_limit
+    cdef public bint body_events
     cdef public Py_ssize_t max_head_size
     cdef public Py_ssize_t max_headers
     cdef public Py_ssize_t parse_errors

@@ -192,7 +192,9 @@ class HttpParser:
     """Turns one direction's byte stream into HTTP requests or responses.
 
     ``kind`` says which: a request parser never sees responses and vice
-    versa. Every captured body byte is reported as :class:`BodyData`; at most
+    versa. Every captured body byte is reported as :class:`BodyData` (unless
+    ``body_events`` is off: a consumer that reads no body pieces saves a copy
+    and an event per piece); at most
     ``body_limit`` bytes of each body are also kept on ``message.body``
     (a convenience for consumers that want a prefix); ``body_size`` counts
     them all. Memory stays bounded whatever the input:
@@ -209,11 +211,13 @@ class HttpParser:
         max_head_size: int = MAX_HEAD_SIZE,
         max_headers: int = MAX_HEADERS,
         max_pending: int = 256,
+        body_events: bool = True,
     ) -> None:
         if kind not in ("request", "response"):
             raise ValueError(f"kind must be 'request' or 'response', not {kind!r}")
         self.kind = kind
         self.body_limit = body_limit
+        self.body_events = body_events
         self.max_head_size = max_head_size
         self.max_headers = max_headers
         #: Count of malformed or unparsable inputs skipped.
@@ -441,13 +445,15 @@ class HttpParser:
         assert message is not None
         if count <= 0:
             return
-        part = data[pos : pos + count] if pos or count != len(data) else data
-        events.append(BodyData(message, part, ts_ns))
         room = self.body_limit - self._captured
-        if room > 0:
-            kept = part if count <= room else part[:room]
-            self._body_parts.append(kept)
-            self._captured += len(kept)
+        if self.body_events or room > 0:
+            part = data[pos : pos + count] if pos or count != len(data) else data
+            if self.body_events:
+                events.append(BodyData(message, part, ts_ns))
+            if room > 0:
+                kept = part if count <= room else part[:room]
+                self._body_parts.append(kept)
+                self._captured += len(kept)
         message.body_size += count
         self._remaining -= count
 

@@ -28,3 +28,5 @@ cdef class Http1Session:
     @cy.locals(answering=HttpExchange, response=HttpResponse)
     cdef void _on_response_events(self, list events, list out, closed_ns=*) except *
     cdef void _answer_oldest(self, HttpResponse response) except *
+    @cy.locals(answering=HttpExchange, exchange=HttpExchange)
+    cdef bint _response_pieces_wanted(self) except -1

@@ -60,10 +60,12 @@ class Http1Session:
         self.progress_filter = progress_filter
         self.kind = ExchangeKind.for_request(request_direction)
         self.max_pending = max_pending
-        self._requests = HttpParser("request", body_limit)
+        # Body pieces are only read for progress reports: without them the
+        # parsers make no BodyData (message.body still keeps body_limit bytes).
+        self._requests = HttpParser("request", body_limit, body_events=progress)
         # The response parser forgets the oldest expected method exactly when
         # _start_exchange evicts the oldest pending exchange: same bound.
-        self._responses = HttpParser("response", body_limit, max_pending=max_pending)
+        self._responses = HttpParser("response", body_limit, max_pending=max_pending, body_events=progress)
         self._pending: deque[HttpExchange] = deque()  # waiting for a final response head
         self._answering: HttpExchange | None = None  # final response head seen, body in progress
         self._requesting: HttpExchange | None = None  # its request's body is being read
@@ -82,9 +84,22 @@ class Http1Session:
         if direction == self.request_direction:
             self._on_request_events(self._requests.feed(data, ts_ns, missing), ts_ns, out)
         else:
+            if self.progress:
+                self._responses.body_events = self._response_pieces_wanted()
             self._on_response_events(self._responses.feed(data, ts_ns, missing), out)
             self._tunnelled = self._responses.opaque
         return out
+
+    def _response_pieces_wanted(self) -> bool:
+        """Whether an exchange these response bytes may answer reports progress
+        (its body pieces): if none does, the parser makes no BodyData for them."""
+        answering = self._answering
+        if answering is not None and answering.reports_progress:
+            return True
+        for exchange in self._pending:
+            if exchange.reports_progress:
+                return True
+        return False
 
     def close(self, ts_ns: int) -> list[SessionEvent]:
         """End every open exchange; a response delimited by the close completes normally."""

@@ -162,6 +162,22 @@ def test_body_data_is_reported_in_full_with_each_chunk_time_whatever_is_kept() -
     [done] = completed(events)
     assert done.body == b"data" and done.body_size == 13 + 90  # kept: the consumer's 4 bytes
 
+@pytest.mark.parametrize("body_limit", [0, 4, 65536])
+def test_without_body_events_the_same_messages_come_with_no_body_pieces(body_limit: int) -> None:
+    """A consumer that reads no body pieces turns them off: only BodyData goes."""
+    stream = NGINX_200 + CHUNKED_RESPONSE + NGINX_200
+    chunks = split_at(stream, [7, len(NGINX_200) + 40, len(NGINX_200) + len(CHUNKED_RESPONSE) - 3])
+    with_pieces, without = HttpParser("response", body_limit), HttpParser("response", body_limit, body_events=False)
+    events = [e for i, c in enumerate(chunks) for e in with_pieces.feed(c, i)]
+    bare = [e for i, c in enumerate(chunks) for e in without.feed(c, i)]
+    assert any(isinstance(e, BodyData) for e in events) and not any(isinstance(e, BodyData) for e in bare)
+    assert completed(bare) == completed(events)
+    assert [(m.body, m.body_size, m.end_ns) for m in completed(bare)] == [
+        (m.body, m.body_size, m.end_ns) for m in completed(events)
+    ]
+    assert [type(e) for e in bare] == [type(e) for e in framing(events)]
+
+
 def test_timestamps_follow_the_chunks_holding_first_head_end_and_last_bytes() -> None:
     head_end = REQUESTS_POST.index(b"\r\n\r\n") + 4
     chunks = split_at(REQUESTS_POST, [10, head_end - 1, head_end + 5])

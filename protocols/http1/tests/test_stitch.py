@@ -250,6 +250,23 @@ def test_progress_reports_first_response_byte_and_every_body_chunk_with_its_time
     assert ended(events) == [exchange] and response_of(exchange).body == b""  # nothing kept
 
 
+def test_progress_follows_the_filter_per_exchange_whatever_a_feed_of_response_bytes_holds() -> None:
+    """Response body pieces are made only while an exchange the bytes may
+    answer reports progress; which exchanges report stays the filter's choice."""
+    session = Http1Session(SERVER, body_limit=0, progress_filter=lambda e: e.request.target == "/stream")
+    requests = [b"GET /plain HTTP/1.1\r\nHost: h\r\n\r\n", b"GET /stream HTTP/1.1\r\nHost: h\r\n\r\n"]
+    first, second, third = (started(session.feed(IN, requests[i % 2], i))[0] for i in range(3))
+    plain = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc"
+    streamed = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\ndef"
+    events = session.feed(OUT, plain, 10)  # answers /plain: nothing reports
+    events += session.feed(OUT, streamed + plain[:-1], 11)  # /stream whole, then most of the last /plain
+    events += session.feed(OUT, plain[-1:], 12)
+    pieces = [(e.exchange, e.data) for e in events if isinstance(e, ExchangeProgress) and e.phase == Phase.RESPONSE_BODY]
+    assert pieces == [(second, b"def")]
+    assert ended(events) == [first, second, third]
+    assert [response_of(e).body_size for e in (first, second, third)] == [3, 3, 3]
+
+
 def test_progress_can_be_left_off_and_then_costs_no_events() -> None:
     session = Http1Session(SERVER, body_limit=0, progress=False)
     events = session.feed(IN, CURL_GET, 1) + session.feed(OUT, NGINX_200, 2)
