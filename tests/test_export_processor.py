@@ -113,16 +113,19 @@ def feed(processor: BatchSpanProcessor, spans: list[SpanRecord]) -> None:
 
 
 def test_batches_are_sealed_when_full_or_when_the_delay_expires(make_processor: Any) -> None:
-    sink = RecordingSink()
-    processor = make_processor([sink], max_batch_size=10, schedule_delay_s=0.2)
     spans = make_spans(25)
+    patient_sink, quick_sink = RecordingSink("patient"), RecordingSink("quick")
+    patient = make_processor([patient_sink], max_batch_size=10, schedule_delay_s=60)
+    quick = make_processor([quick_sink], max_batch_size=10, schedule_delay_s=0.2)
 
-    feed(processor, spans)
+    feed(patient, spans)
+    feed(quick, spans)
 
-    assert wait_until(lambda: len(sink.delivered) == 20, timeout=0.15)  # the two full batches, before the delay
-    assert wait_until(lambda: len(sink.delivered) == 25)  # the rest once the delay expired
-    assert [len(batch) for batch in sink.batches] == [10, 10, 5]
-    assert sink.delivered == spans
+    assert wait_until(lambda: len(patient_sink.delivered) == 20)  # full batches leave at once, not after a minute
+    assert wait_until(lambda: len(quick_sink.delivered) == 25)  # the open tail leaves once its delay expired
+    assert len(patient_sink.delivered) == 20  # ... and not before: the patient one's has not
+    assert [len(batch) for batch in quick_sink.batches] == [10, 10, 5]
+    assert patient_sink.delivered == spans[:20] and quick_sink.delivered == spans
 
 
 def test_sinks_share_each_batch_and_thus_its_encoding(make_processor: Any) -> None:
