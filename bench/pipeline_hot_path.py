@@ -57,6 +57,8 @@ class EncodingSink:
     """Encodes every batch to OTLP protobuf bytes, like the OTLP sinks, then drops it."""
 
     name = "encode-only"
+    #: Like the OTLP sinks: the processor may encode batches as it seals them (otelbpf.otlp.sink.Sink).
+    reads_payload_only = True
 
     def __init__(self) -> None:
         self.spans = 0

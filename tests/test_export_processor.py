@@ -10,7 +10,11 @@ from typing import Any, Callable, Iterator, Mapping
 
 import pytest
 
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
 from otelbpf.export import BatchSpanProcessor, SpanBatch, SpanSink, make_otlp_sink
+from otelbpf.export import EncodedSpanBatch
+from otelbpf.export.encode import serialize_request
 from otelbpf.model import ResourceLookup, SpanKind, SpanRecord
 from otelbpf.selfmetrics import Counters
 from otlp_receiver import OtlpReceiver, free_port
@@ -168,6 +172,74 @@ def test_nothing_that_fits_the_queue_is_lost_while_a_sink_is_down(make_processor
     assert counters.get("otelbpf.export.spans", "memory") == 2_000
     assert counters.get("otelbpf.export.dropped", "memory") == 0
     assert counters.get("otelbpf.export.failures", "memory") >= 3
+
+
+class PayloadSink(RecordingSink):
+    """Reads nothing of a batch but its payload and length, as the OTLP sinks."""
+
+    reads_payload_only = True
+
+    def __init__(self, name: str = "payload") -> None:
+        super().__init__(name)
+        self.payloads: list[bytes] = []
+        self.kinds: list[type] = []
+
+    def export(self, batch: Any) -> bool:
+        self.kinds.append(type(batch))
+        delivered = super().export(replace_spans(batch))
+        if delivered:
+            self.payloads.append(batch.payload)
+        return delivered
+
+
+def replace_spans(batch: Any) -> Any:
+    """RecordingSink keeps ``batch.spans``; an encoded batch has none, only its parts."""
+    return SpanBatch(list(getattr(batch, "parts", ())), RESOURCES) if isinstance(batch, EncodedSpanBatch) else batch
+
+
+def spans_of(payloads: list[bytes]) -> list[tuple[bytes, str]]:
+    """(span id, name) of every span in the decoded requests, in order."""
+    out = []
+    for payload in payloads:
+        for resource_spans in ExportTraceServiceRequest.FromString(payload).resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                out += [(span.span_id, span.name) for span in scope_spans.spans]
+    return out
+
+
+def test_spans_are_encoded_at_seal_when_every_sink_reads_only_the_payload(make_processor: Any) -> None:
+    sink = PayloadSink()
+    processor = make_processor([sink], max_batch_size=10)
+    assert processor.encodes_at_end
+    spans = make_spans(25)
+    spans[3] = replace(spans[3], pid=8, scope="otelbpf.grpc")  # another process and scope, grouped apart
+
+    feed(processor, spans)
+    assert processor.force_flush(timeout_s=5)
+
+    assert [len(batch) for batch in sink.batches] == [10, 10, 5]
+    assert set(sink.kinds) == {EncodedSpanBatch}  # no records: the spans were encoded at seal
+    assert sink.payloads == [serialize_request(spans[i : i + 10], RESOURCES) for i in (0, 10, 20)]  # the same bytes
+    assert [processor.encodes_at_end for processor in (make_processor([sink, RecordingSink()]), make_processor([]))] == [
+        False,
+        False,
+    ]  # a sink that reads the records (the JSON file, the console) keeps them
+
+
+def test_encoded_batches_overflow_and_refuse_spans_exactly_as_record_batches(make_processor: Any, counters: Counters) -> None:
+    sink = PayloadSink()
+    sink.down = True
+    processor = make_processor([sink], max_batch_size=10, max_queue_size=100)
+    spans = make_spans(250)
+    bad = replace(spans[0], span_id=b"short")  # a collector would refuse the whole request
+
+    feed(processor, [bad, *spans])
+    sink.down = False
+    assert processor.force_flush(timeout_s=5)
+
+    assert spans_of(sink.payloads) == [(span.span_id, span.name) for span in spans[150:]]
+    assert counters.get("otelbpf.export.dropped", "payload") == 151
+    assert counters.get("otelbpf.export.spans", "payload") == 100
 
 
 def test_overflow_drops_the_oldest_and_counts_exactly_how_many(make_processor: Any, counters: Counters) -> None:

@@ -10,7 +10,7 @@ Typical wiring::
     processor.shutdown(timeout_s=5.0)    # at exit
 """
 
-from otelbpf.export.base import SpanBatch, SpanSink
+from otelbpf.export.base import EncodedSpanBatch, SpanBatch, SpanSink
 from otelbpf.export.console import ConsoleSink
 from otelbpf.export.encode import encode_request, serialize_request
 from otelbpf.export.jsonfile import JsonFileSink, encode_json_line, from_otlp_json, read_json_file, to_otlp_json
@@ -21,6 +21,7 @@ from otelbpf.otlp.transport import OtlpGrpcSink, OtlpHttpSink
 __all__ = [
     "BatchSpanProcessor",
     "ConsoleSink",
+    "EncodedSpanBatch",
     "JsonFileSink",
     "OtlpGrpcSink",
     "OtlpHttpSink",

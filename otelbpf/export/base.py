@@ -6,6 +6,11 @@ it) and must be treated as read-only. The OTLP sinks send ``payload``, the
 serialized request; ``request`` is the same parsed into a message, for
 whoever wants one.
 
+An ``EncodedSpanBatch`` holds each span's bytes instead of its record
+(encoded when the batch was sealed): the processor makes those when every sink
+says it reads only ``payload`` and ``len()`` (``Sink.reads_payload_only``,
+the OTLP sinks).
+
 A ``SpanSink`` is an ``otelbpf.otlp.Sink`` of span batches: ``export``
 answers ``True`` (delivered) or ``False`` (failed, try again later) and
 never raises; the processor owns retries, backoff and drop accounting.
@@ -18,27 +23,26 @@ from typing import Sequence
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otelbpf.export.encode import serialize_request
+from otelbpf.export.encode import serialize_parts, serialize_request
 from otelbpf.model import ResourceLookup, SpanRecord
 from otelbpf.otlp.sink import FailureLog, Sink
 
-__all__ = ["FailureLog", "SpanBatch", "SpanSink"]
+__all__ = ["EncodedSpanBatch", "FailureLog", "SpanBatch", "SpanSink"]
 
 
-class SpanBatch:
-    """Spans to export together, plus how to name their processes."""
+class _Encoded:
+    """A batch's OTLP request, built once on first use (``_serialize``) and shared by its sinks."""
 
-    __slots__ = ("spans", "resources", "_payload", "_request", "_encode_lock")
+    __slots__ = ("resources", "_payload", "_request", "_encode_lock")
 
-    def __init__(self, spans: Sequence[SpanRecord], resources: ResourceLookup) -> None:
-        self.spans: Sequence[SpanRecord] = spans
+    def __init__(self, resources: ResourceLookup) -> None:
         self.resources = resources
         self._payload: bytes | None = None
         self._request: ExportTraceServiceRequest | None = None
         self._encode_lock = threading.Lock()
 
-    def __len__(self) -> int:
-        return len(self.spans)
+    def _serialize(self) -> bytes:
+        raise NotImplementedError
 
     @property
     def payload(self) -> bytes:
@@ -46,7 +50,7 @@ class SpanBatch:
         if self._payload is None:
             with self._encode_lock:
                 if self._payload is None:
-                    self._payload = serialize_request(self.spans, self.resources)
+                    self._payload = self._serialize()
         return self._payload
 
     @property
@@ -59,9 +63,48 @@ class SpanBatch:
                     self._request = ExportTraceServiceRequest.FromString(payload)
         return self._request
 
+
+class SpanBatch(_Encoded):
+    """Spans to export together, plus how to name their processes."""
+
+    __slots__ = ("spans",)
+
+    def __init__(self, spans: Sequence[SpanRecord], resources: ResourceLookup) -> None:
+        super().__init__(resources)
+        self.spans: Sequence[SpanRecord] = spans
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def _serialize(self) -> bytes:
+        return serialize_request(self.spans, self.resources)
+
     def without_oldest(self, count: int) -> SpanBatch:
         """A new batch lacking the first ``count`` spans (queue overflow evicts oldest first)."""
         return SpanBatch(self.spans[count:], self.resources)
+
+
+class EncodedSpanBatch(_Encoded):
+    """Spans already encoded when their batch was sealed (``wire_part``: pid, scope and
+    Span bytes each), for sinks that read only ``payload`` and ``len()``
+    (``reads_payload_only``). It has no records: the processor hands these
+    only when every sink says so."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts: list, resources: ResourceLookup) -> None:
+        super().__init__(resources)
+        self.parts = parts
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def _serialize(self) -> bytes:
+        return serialize_parts(self.parts, self.resources)
+
+    def without_oldest(self, count: int) -> EncodedSpanBatch:
+        """A new batch lacking the first ``count`` spans (queue overflow evicts oldest first)."""
+        return EncodedSpanBatch(self.parts[count:], self.resources)
 
 
 #: A destination for span batches (OTLP collector, JSON file, console).

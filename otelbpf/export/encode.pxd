@@ -9,3 +9,9 @@ from otelbpf.model cimport SpanRecord
 
 @cy.locals(parts=list)
 cpdef bytes _wire_span(SpanRecord span)
+
+cpdef tuple wire_part(span)
+@cy.locals(out=list, by_scope=dict, bodies=list, body=bytes, size=Py_ssize_t, scope_size=Py_ssize_t, length=Py_ssize_t)
+cpdef bytes serialize_parts(list parts, resources)
+@cy.locals(groups=dict, by_scope=dict, bodies=list)
+cdef dict _group_parts(list parts)

@@ -19,6 +19,9 @@ is simple, so the hot path writes the bytes itself (``serialize_request``):
 
 ``encode_request`` parses those bytes back into a message, for callers that
 want one; the OTLP sinks send the bytes as they are (``SpanBatch.payload``).
+A span's own bytes (``wire_part``) can be made apart from the request and
+joined later (``serialize_parts``): the batch processor encodes a batch's
+spans when it seals the batch, if only OTLP sinks read it.
 
 Grouping follows OTLP: one ``ResourceSpans`` per process (``pid``), with the
 resource attributes from a ``ResourceLookup``, and inside it one
@@ -76,25 +79,41 @@ def encode_request(spans: Sequence[SpanRecord], resources: ResourceLookup) -> Ex
 
 def serialize_request(spans: Sequence[SpanRecord], resources: ResourceLookup) -> bytes:
     """``encode_request(spans, resources).SerializeToString()``, written directly (the fast path)."""
+    return serialize_parts([wire_part(span) for span in spans], resources)
+
+
+def wire_part(span: SpanRecord) -> tuple:
+    """What a request needs of one span: ``(pid, scope, its Span message bytes)``.
+
+    The batch processor makes them when it seals a batch that only OTLP
+    sinks read (``EncodedSpanBatch``): on the pipeline's thread, where the
+    records were made and are then freed, not on the export thread.
+    """
+    try:
+        body = _wire_span(span)
+    except Exception:  # noqa: BLE001 - anything unusual: the message path, as before
+        body = span_message(span).SerializeToString()
+    return (span.pid, span.scope, body)
+
+
+def serialize_parts(parts: list, resources: ResourceLookup) -> bytes:
+    """The request of spans already made into ``wire_part`` s, grouped by process
+    and scope in order of first appearance (the same bytes as ``serialize_request``)."""
     out: list[bytes] = []
     append = out.append
-    for pid, by_scope in group_spans(spans).items():
+    for pid, by_scope in _group_parts(parts).items():
         resource_spans_at = len(out)
         append(b"")  # the ResourceSpans tag and length, once known
         resource = wire_resource(resource_attributes(resources, pid))
         size = len(resource)
         append(resource)
-        for scope, records in by_scope.items():
+        for scope, bodies in by_scope.items():
             scope_spans_at = len(out)
             append(b"")  # the ScopeSpans tag and length
             scope_field = wire_scope(scope)
             append(scope_field)
             scope_size = len(scope_field)
-            for span in records:
-                try:
-                    body = _wire_span(span)
-                except Exception:  # noqa: BLE001 - anything unusual: the message path, as before
-                    body = span_message(span).SerializeToString()
+            for body in bodies:
                 length = len(body)
                 head = _SPAN_HEADS[length] if length < TABLE_SIZE else b"\x12" + varint(length)
                 append(head)
@@ -104,6 +123,21 @@ def serialize_request(spans: Sequence[SpanRecord], resources: ResourceLookup) ->
             size += len(head) + scope_size
         out[resource_spans_at] = b"\x0a" + varint(size)
     return b"".join(out)
+
+
+def _group_parts(parts: list) -> dict[Any, dict[Any, list[bytes]]]:
+    """pid -> scope -> span bodies, each in order of first appearance."""
+    groups: dict[Any, dict[Any, list[bytes]]] = {}
+    for pid, scope, body in parts:
+        by_scope = groups.get(pid)
+        if by_scope is None:
+            by_scope = groups[pid] = {}
+        bodies = by_scope.get(scope)
+        if bodies is None:
+            by_scope[scope] = [body]
+        else:
+            bodies.append(body)
+    return groups
 
 
 def group_spans(spans: Sequence[SpanRecord]) -> dict[Any, dict[Any, list[SpanRecord]]]:

@@ -6,6 +6,12 @@ delivered/dropped accounting, flush and shutdown within a timeout: see
 there) for spans:
 
 * batches are ``SpanBatch``es, shared by every sink and so encoded once;
+  when every sink reads only their ``payload`` (the OTLP sinks), each span
+  of a batch is encoded when the batch is sealed instead (on the pipeline's
+  thread when it fills there) and the records are freed there
+  (``EncodedSpanBatch``): reading and freeing them on the export thread,
+  another CPU, cost the agent up to several microseconds a span, the more
+  so on a busy machine (bench/README.md);
 * ``on_end`` is the hot-path entry; a span whose ids or grouping keys the
   encoder cannot take is dropped and counted at once;
 * counters ``otelbpf.export.spans`` (delivered), ``otelbpf.export.dropped``
@@ -20,7 +26,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from otelbpf.export.base import SpanBatch, SpanSink
+from otelbpf.export.base import EncodedSpanBatch, SpanBatch, SpanSink
+from otelbpf.export.encode import wire_part
 from otelbpf.model import ResourceLookup, SpanRecord
 from otelbpf.otlp.queue import BatchQueue, CounterNames, RetryPolicy, setting
 from otelbpf.selfmetrics import Counters
@@ -49,10 +56,14 @@ class BatchSpanProcessor(BatchQueue[SpanRecord]):
         initial_backoff_s: float = 0.5,
         max_backoff_s: float = 30.0,
     ) -> None:
+        #: Batches are encoded as they are sealed: no sink reads the records.
+        self.encodes_at_end = bool(sinks) and all(getattr(sink, "reads_payload_only", False) for sink in sinks)
         super().__init__(
             sinks,
             counters,
-            lambda spans: SpanBatch(spans, resources),
+            (lambda spans: EncodedSpanBatch([wire_part(span) for span in spans], resources))
+            if self.encodes_at_end
+            else (lambda spans: SpanBatch(spans, resources)),
             max_queue_size=setting("max_queue_size", max_queue_size, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_MAX_QUEUE_SIZE),
             max_batch_size=setting(
                 "max_batch_size", max_batch_size, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", DEFAULT_MAX_BATCH_SIZE

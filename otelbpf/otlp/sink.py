@@ -22,6 +22,10 @@ class Sink(abc.ABC, Generic[T]):
 
     #: Label for this sink's export counters.
     name: str
+    #: ``export`` reads nothing of a batch but ``payload`` and ``len()`` (the
+    #: OTLP sinks): the span processor may then encode spans as it seals a
+    #: batch and hand ``EncodedSpanBatch`` es, which hold no records.
+    reads_payload_only: bool = False
 
     @abc.abstractmethod
     def export(self, item: T) -> bool:

@@ -161,6 +161,8 @@ class OtlpSink(Sink[Any]):
     serialized request as ``.payload`` with its item count as ``len()``
     (``SerializedRequest``, ``SpanBatch``)."""
 
+    reads_payload_only = True
+
     def __init__(self, signal: Signal, exporter: _GrpcAdapter | _HttpAdapter, name: str | None) -> None:
         self.signal = signal
         self.name = name or signal.sink_name
