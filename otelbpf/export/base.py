@@ -31,15 +31,24 @@ __all__ = ["EncodedSpanBatch", "FailureLog", "SpanBatch", "SpanSink"]
 
 
 class _Encoded:
-    """A batch's OTLP request, built once on first use (``_serialize``) and shared by its sinks."""
+    """Items exported together and their OTLP request, built once on first use
+    (``_serialize``) and shared by the batch's sinks."""
 
-    __slots__ = ("resources", "_payload", "_request", "_encode_lock")
+    __slots__ = ("_items", "resources", "_payload", "_request", "_encode_lock")
 
-    def __init__(self, resources: ResourceLookup) -> None:
+    def __init__(self, items: Sequence, resources: ResourceLookup) -> None:
+        self._items = items
         self.resources = resources
         self._payload: bytes | None = None
         self._request: ExportTraceServiceRequest | None = None
         self._encode_lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def without_oldest(self, count: int):
+        """A new batch lacking the first ``count`` spans (queue overflow evicts oldest first)."""
+        return type(self)(self._items[count:], self.resources)
 
     def _serialize(self) -> bytes:
         raise NotImplementedError
@@ -67,21 +76,17 @@ class _Encoded:
 class SpanBatch(_Encoded):
     """Spans to export together, plus how to name their processes."""
 
-    __slots__ = ("spans",)
+    __slots__ = ()
 
     def __init__(self, spans: Sequence[SpanRecord], resources: ResourceLookup) -> None:
-        super().__init__(resources)
-        self.spans: Sequence[SpanRecord] = spans
+        super().__init__(spans, resources)
 
-    def __len__(self) -> int:
-        return len(self.spans)
+    @property
+    def spans(self) -> Sequence[SpanRecord]:
+        return self._items
 
     def _serialize(self) -> bytes:
-        return serialize_request(self.spans, self.resources)
-
-    def without_oldest(self, count: int) -> SpanBatch:
-        """A new batch lacking the first ``count`` spans (queue overflow evicts oldest first)."""
-        return SpanBatch(self.spans[count:], self.resources)
+        return serialize_request(self._items, self.resources)
 
 
 class EncodedSpanBatch(_Encoded):
@@ -90,21 +95,17 @@ class EncodedSpanBatch(_Encoded):
     (``reads_payload_only``). It has no records: the processor hands these
     only when every sink says so."""
 
-    __slots__ = ("parts",)
+    __slots__ = ()
 
     def __init__(self, parts: list, resources: ResourceLookup) -> None:
-        super().__init__(resources)
-        self.parts = parts
+        super().__init__(parts, resources)
 
-    def __len__(self) -> int:
-        return len(self.parts)
+    @property
+    def parts(self) -> list:
+        return self._items
 
     def _serialize(self) -> bytes:
-        return serialize_parts(self.parts, self.resources)
-
-    def without_oldest(self, count: int) -> EncodedSpanBatch:
-        """A new batch lacking the first ``count`` spans (queue overflow evicts oldest first)."""
-        return EncodedSpanBatch(self.parts[count:], self.resources)
+        return serialize_parts(self._items, self.resources)
 
 
 #: A destination for span batches (OTLP collector, JSON file, console).
