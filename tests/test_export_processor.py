@@ -210,7 +210,7 @@ def spans_of(payloads: list[bytes]) -> list[tuple[bytes, str]]:
 def test_spans_are_encoded_at_seal_when_every_sink_reads_only_the_payload(make_processor: Any) -> None:
     sink = PayloadSink()
     processor = make_processor([sink], max_batch_size=10)
-    assert processor.encodes_at_end
+    assert processor.encodes_at_seal
     spans = make_spans(25)
     spans[3] = replace(spans[3], pid=8, scope="otelbpf.grpc")  # another process and scope, grouped apart
 
@@ -220,7 +220,7 @@ def test_spans_are_encoded_at_seal_when_every_sink_reads_only_the_payload(make_p
     assert [len(batch) for batch in sink.batches] == [10, 10, 5]
     assert set(sink.kinds) == {EncodedSpanBatch}  # no records: the spans were encoded at seal
     assert sink.payloads == [serialize_request(spans[i : i + 10], RESOURCES) for i in (0, 10, 20)]  # the same bytes
-    assert [processor.encodes_at_end for processor in (make_processor([sink, RecordingSink()]), make_processor([]))] == [
+    assert [processor.encodes_at_seal for processor in (make_processor([sink, RecordingSink()]), make_processor([]))] == [
         False,
         False,
     ]  # a sink that reads the records (the JSON file, the console) keeps them

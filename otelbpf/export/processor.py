@@ -57,12 +57,12 @@ class BatchSpanProcessor(BatchQueue[SpanRecord]):
         max_backoff_s: float = 30.0,
     ) -> None:
         #: Batches are encoded as they are sealed: no sink reads the records.
-        self.encodes_at_end = bool(sinks) and all(getattr(sink, "reads_payload_only", False) for sink in sinks)
+        self.encodes_at_seal = bool(sinks) and all(getattr(sink, "reads_payload_only", False) for sink in sinks)
         super().__init__(
             sinks,
             counters,
             (lambda spans: EncodedSpanBatch([wire_part(span) for span in spans], resources))
-            if self.encodes_at_end
+            if self.encodes_at_seal
             else (lambda spans: SpanBatch(spans, resources)),
             max_queue_size=setting("max_queue_size", max_queue_size, "OTEL_BSP_MAX_QUEUE_SIZE", DEFAULT_MAX_QUEUE_SIZE),
             max_batch_size=setting(
