@@ -125,34 +125,25 @@ def serialize_parts(parts: list, resources: ResourceLookup) -> bytes:
     return b"".join(out)
 
 
-def _group_parts(parts: list) -> dict[Any, dict[Any, list[bytes]]]:
-    """pid -> scope -> span bodies, each in order of first appearance."""
-    groups: dict[Any, dict[Any, list[bytes]]] = {}
-    for pid, scope, body in parts:
+def _group_parts(parts: list) -> dict[Any, dict[Any, list]]:
+    """pid -> scope -> the third item of each ``(pid, scope, item)``, each in
+    order of first appearance (the request's layout)."""
+    groups: dict[Any, dict[Any, list]] = {}
+    for pid, scope, item in parts:
         by_scope = groups.get(pid)
         if by_scope is None:
             by_scope = groups[pid] = {}
-        bodies = by_scope.get(scope)
-        if bodies is None:
-            by_scope[scope] = [body]
+        items = by_scope.get(scope)
+        if items is None:
+            by_scope[scope] = [item]
         else:
-            bodies.append(body)
+            items.append(item)
     return groups
 
 
 def group_spans(spans: Sequence[SpanRecord]) -> dict[Any, dict[Any, list[SpanRecord]]]:
     """pid -> scope -> spans, each in order of first appearance (the request's layout)."""
-    groups: dict[Any, dict[Any, list[SpanRecord]]] = {}
-    for span in spans:
-        by_scope = groups.get(span.pid)
-        if by_scope is None:
-            by_scope = groups[span.pid] = {}
-        records = by_scope.get(span.scope)
-        if records is None:
-            by_scope[span.scope] = [span]
-        else:
-            records.append(span)
-    return groups
+    return _group_parts([(span.pid, span.scope, span) for span in spans])
 
 
 # --- protobuf wire format ----------------------------------------------------
