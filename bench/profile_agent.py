@@ -131,6 +131,21 @@ def short(frame: str) -> str:
     return f"{name} ({tail})"
 
 
+def print_perf_threads(data: Path, us_per_request: float) -> None:
+    """Self time per thread: the pipeline's main thread, the export threads, gRPC's own."""
+    out = subprocess.run(
+        ["perf", "report", "-i", str(data), "--stdio", "--no-children", "--sort", "pid", "--percent-limit", "0.5"],
+        capture_output=True, text=True,
+    ).stdout
+    print("\nSELF time per thread (perf): share, us per request, thread")
+    for line in out.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            share, _, thread = line.strip().partition(" ")
+            value = float(share.rstrip("%")) if share.endswith("%") else None
+            if value is not None:
+                print(f"  {value:5.1f}%  {value * us_per_request / 100:6.2f} us  {thread.strip()}")
+
+
 def print_perf_symbols(data: Path, us_per_request: float, top: int) -> None:
     """Self time per native symbol (perf report), as a share and in us per request."""
     report = subprocess.run(
@@ -195,7 +210,7 @@ def main() -> int:
     p.add_argument("--py-spy", dest="py_spy", help="py-spy binary")
     p.add_argument("--sample-rate", type=int, default=250, help="py-spy samples per second (default 250)")
     p.add_argument("--top", type=int, default=30, help="rows per table (default 30)")
-    p.add_argument("--keep", type=Path, help="also write the collapsed stacks here")
+    p.add_argument("--keep", type=Path, help="also write the collapsed stacks (py-spy) or perf.data (--perf) here")
     p.add_argument("--agent-arg", action="append", default=[], help="extra argument for `otelbpf run` (repeatable)")
     p.add_argument("--agent-cpus", default="server", help="server, client, any, or a CPU list (default server)")
     p.add_argument("--callers", action="store_true", help="with --perf: record call graphs and charge interpreter time to the compiled function that caused it")
@@ -242,6 +257,9 @@ def main() -> int:
             requests = max(1, result.requests)
             print(f"\n{result.rps:,.0f} req/s for {args.duration}s, sink {args.sink}: agent {cpu['agent_cores']:.2f} cores during the load, {agent_s:.2f} s CPU until caught up = {1e6 * agent_s / requests:.1f} us CPU per request")
             print("agent stats (with events lost, the agent fell behind and the profile is of what it kept up with): " + ", ".join(f"{k}={v}" for k, v in stopped["stats"].items()))
+            if args.keep:
+                shutil.copy(raw, args.keep)
+            print_perf_threads(raw, 1e6 * agent_s / requests)
             print_perf_symbols(raw, 1e6 * agent_s / requests, args.top)
             if args.callers:
                 print_perf_callers(raw, 1e6 * agent_s / requests, args.top)
