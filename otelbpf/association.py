@@ -109,20 +109,27 @@ def pair_key(conn, kind: SpanKind) -> tuple | None:
     a CONSUMER pairs like a SERVER, a PRODUCER like a CLIENT. Unix: the
     server end's socket identity (a client learns it at its first write).
     """
-    if kind == SpanKind.CONSUMER:
-        kind = SpanKind.SERVER
-    elif kind == SpanKind.PRODUCER:
-        kind = SpanKind.CLIENT
+    if kind == _CONSUMER:
+        kind = _SERVER
+    elif kind == _PRODUCER:
+        kind = _CLIENT
     if conn.peer_port and conn.local_port:
         transport = "udp" if conn.datagram else "tcp"
-        if kind == SpanKind.SERVER:
+        if kind == _SERVER:
             return (transport, conn.local_addr, conn.local_port, conn.peer_addr, conn.peer_port)
         return (transport, conn.peer_addr, conn.peer_port, conn.local_addr, conn.local_port)
-    if kind == SpanKind.SERVER and conn.sock_id:
+    if kind == _SERVER and conn.sock_id:
         return ("unix", conn.sock_id)
-    if kind == SpanKind.CLIENT and conn.peer_sock_id:
+    if kind == _CLIENT and conn.peer_sock_id:
         return ("unix", conn.peer_sock_id)
     return None
+
+
+# Members read once: ``SpanKind.SERVER`` is an attribute look-up on the enum class each time.
+_SERVER = SpanKind.SERVER
+_CLIENT = SpanKind.CLIENT
+_PRODUCER = SpanKind.PRODUCER
+_CONSUMER = SpanKind.CONSUMER
 
 
 class Linker:

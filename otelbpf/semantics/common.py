@@ -81,7 +81,12 @@ _SCOPES: dict[str, str] = {}
 
 def url_scheme(conn) -> str:
     """``https`` when the bytes came from the TLS plaintext probes, else ``http``."""
-    return "https" if getattr(conn, "source", Source.SOCKET) == Source.TLS else "http"
+    return "https" if getattr(conn, "source", _SOCKET) == _TLS else "http"
+
+
+# Plain ints: reading a member off the enum class costs an attribute look-up per span.
+_SOCKET = int(Source.SOCKET)
+_TLS = int(Source.TLS)
 
 
 def network_transport(conn, attrs: dict[str, AttributeValue]) -> None:
@@ -150,19 +155,21 @@ def span_record(
     start_ns = exchange.start_ns
     end_ns = exchange.end_ns
     protocol = exchange.protocol
+    # positional: a compiled SpanRecord matches keywords one by one (SpanRecord.__init__'s order)
     return SpanRecord(
-        trace_id=start.trace_id,
-        span_id=start.span_id,
-        parent_span_id=start.parent_span_id,
-        name=name,
-        kind=start.kind,
-        start_ns=start_ns,
-        end_ns=end_ns if end_ns > start_ns else start_ns,
-        pid=start.pid,
-        attributes=attrs,
-        status_code=status,
-        status_message=message,
-        trace_state=start.trace_state,
-        scope=scope_name(protocol),
-        protocol=protocol,
+        start.trace_id,
+        start.span_id,
+        name,
+        start.kind,
+        start_ns,
+        end_ns if end_ns > start_ns else start_ns,
+        start.pid,
+        start.parent_span_id,
+        attrs,
+        status,
+        message,
+        start.trace_state,
+        None,  # links
+        scope_name(protocol),
+        protocol,
     )

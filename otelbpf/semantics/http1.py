@@ -121,6 +121,25 @@ def _host_and_user_agent(headers: FieldBlock | list[tuple[str, str]]) -> tuple[s
 
 
 def split_host(host: str, default_port: int) -> tuple[str, int]:
+    """(address, port) of a Host header or authority; ``default_port`` when it names none.
+
+    Remembered per (host, default port), like routes: a server is asked for
+    the same one or two hosts on every request."""
+    key = (host, default_port)
+    split = _HOSTS.get(key)
+    if split is None:
+        split = _split_host(host, default_port)
+        if len(host) <= _ROUTE_CACHE_MAX_LEN:
+            if len(_HOSTS) >= _ROUTE_CACHE_SIZE:
+                _HOSTS.clear()
+            _HOSTS[key] = split
+    return split
+
+
+_HOSTS: dict[tuple[str, int], tuple[str, int]] = {}
+
+
+def _split_host(host: str, default_port: int) -> tuple[str, int]:
     if host.startswith("["):  # [v6]:port
         end = host.find("]")
         addr = host[1:end]
