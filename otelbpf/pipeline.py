@@ -166,6 +166,9 @@ class Pipeline:
         handlers = self._handlers
         self._truncated = 0
         for event in events:
+            if type(event) is DataEvent:  # most of every batch: a direct call, not the table's bound method
+                self._on_data(event)
+                continue
             handler = handlers.get(type(event))
             if handler is None:
                 self.counters.add("otelbpf.events.unknown")

@@ -77,6 +77,8 @@ cdef object _new_response(str start_line)
 cdef tuple _body_framing(object headers)
 cdef bint _is_version(str text) except -1
 cdef str _joined(previous, str value)
+@cy.locals(digits=str)
+cdef object _content_length(str value)
 
 
 # The parser's events: extension types with a C __init__ (fields as in parse.py).

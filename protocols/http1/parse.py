@@ -725,10 +725,13 @@ def _joined(previous: str | None, value: str) -> str:
 
 def _content_length(value: str) -> int | None:
     """The length, or None if not digits or if repeated values disagree."""
-    values = {part.strip() for part in value.split(",")} if "," in value else {value}
-    if len(values) != 1:
-        return None
-    digits = values.pop()
+    if "," in value:
+        values = {part.strip() for part in value.split(",")}
+        if len(values) != 1:
+            return None
+        digits = values.pop()
+    else:
+        digits = value
     # isascii: str.isdigit accepts superscripts that latin-1 can produce;
     # 18 digits: int() refuses very long decimal strings.
     if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
