@@ -10,6 +10,7 @@ messages. Field meanings follow OTLP's ``Span`` message.
 from __future__ import annotations
 
 import enum
+import os
 import random
 from dataclasses import dataclass
 from typing import Mapping, Union
@@ -101,12 +102,47 @@ class SpanRecord:
 
 
 def new_trace_id() -> bytes:
-    """A random non-zero trace ID (like the SDK's RandomIdGenerator)."""
-    return (random.getrandbits(128) or 1).to_bytes(16, "big")
+    """A random non-zero trace ID (random bits, like the SDK's RandomIdGenerator)."""
+    try:
+        trace_id = _TRACE_IDS.pop()
+    except IndexError:
+        _TRACE_IDS.extend(_random_ids(16))
+        trace_id = _TRACE_IDS.pop()
+    return trace_id if trace_id != _ZERO_TRACE_ID else _ONE_TRACE_ID
 
 
 def new_span_id() -> bytes:
-    return (random.getrandbits(64) or 1).to_bytes(8, "big")
+    """A random non-zero span ID."""
+    try:
+        span_id = _SPAN_IDS.pop()
+    except IndexError:
+        _SPAN_IDS.extend(_random_ids(8))
+        span_id = _SPAN_IDS.pop()
+    return span_id if span_id != _ZERO_SPAN_ID else _ONE_SPAN_ID
+
+
+# IDs are cut from 4 KiB of random bits at a time: one draw per 256 or 512 IDs
+# instead of one (and a conversion to bytes) per ID, two of which every request
+# needs. list.pop() is atomic, so threads never share an ID; a forked child
+# starts with empty pools (its parent's IDs stay its parent's).
+_ID_BLOCK = 4096
+_TRACE_IDS: list[bytes] = []
+_SPAN_IDS: list[bytes] = []
+_ZERO_TRACE_ID, _ONE_TRACE_ID = bytes(16), (1).to_bytes(16, "big")
+_ZERO_SPAN_ID, _ONE_SPAN_ID = bytes(8), (1).to_bytes(8, "big")
+
+
+def _random_ids(size: int) -> list[bytes]:
+    block = random.getrandbits(8 * _ID_BLOCK).to_bytes(_ID_BLOCK, "big")
+    return [block[i : i + size] for i in range(0, _ID_BLOCK, size)]
+
+
+def _empty_id_pools() -> None:
+    _TRACE_IDS.clear()
+    _SPAN_IDS.clear()
+
+
+os.register_at_fork(after_in_child=_empty_id_pools)
 
 
 class ResourceLookup:
