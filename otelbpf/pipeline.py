@@ -60,6 +60,9 @@ log = logging.getLogger("otelbpf.pipeline")
 #: SpanKind by number: an exchange's kind (ExchangeKind, same numbers) without an enum call per span.
 _SPAN_KINDS = {kind.value: kind for kind in SpanKind}
 
+_COMPLETE = Outcome.COMPLETE  # read once, not off the enum class per span
+
+
 class SpanConsumer(Protocol):
     def on_end(self, span: SpanRecord) -> None: ...
 
@@ -327,7 +330,7 @@ class Pipeline:
             self.linker.message_completed(start, exchange)
         settled = self.linker.end(start, ts, task_id)
         outcome = exchange.outcome
-        if outcome is not Outcome.COMPLETE:
+        if outcome is not _COMPLETE:
             self.counters.add("otelbpf.exchanges.incomplete", label=outcome.value)
         span = self._build(start, exchange, conn)
         if span is not None:

@@ -84,14 +84,18 @@ def url_scheme(conn) -> str:
     return "https" if getattr(conn, "source", _SOCKET) == _TLS else "http"
 
 
-# Plain ints: reading a member off the enum class costs an attribute look-up per span.
+# Read once: a member read off its enum class (or a module) is an attribute look-up per span.
 _SOCKET = int(Source.SOCKET)
 _TLS = int(Source.TLS)
+_AF_UNIX = socket.AF_UNIX
+_UNSET = StatusCode.UNSET
+_ERROR = StatusCode.ERROR
+_COMPLETE = Outcome.COMPLETE
 
 
 def network_transport(conn, attrs: dict[str, AttributeValue]) -> None:
     """``network.transport`` from the connection: ``unix``, ``udp`` or ``tcp``."""
-    if conn.family == socket.AF_UNIX:
+    if conn.family == _AF_UNIX:
         attrs[NETWORK_TRANSPORT] = "unix"
     else:
         attrs[NETWORK_TRANSPORT] = "udp" if conn.datagram else "tcp"
@@ -118,8 +122,8 @@ def http_response_status(status: int, server: bool, attrs: dict[str, AttributeVa
     attrs[HTTP_RESPONSE_STATUS_CODE] = status
     if status >= 500 or (not server and status >= 400):
         attrs[ERROR_TYPE] = str(status)
-        return StatusCode.ERROR
-    return StatusCode.UNSET
+        return _ERROR
+    return _UNSET
 
 
 def outcome_status(
@@ -130,13 +134,13 @@ def outcome_status(
     was seen (``answered`` False), with ``error.type`` set to the outcome
     unless the protocol set one already."""
     outcome = exchange.outcome
-    if outcome is Outcome.COMPLETE:
-        return StatusCode.UNSET, ""
+    if outcome is _COMPLETE:
+        return _UNSET, ""
     attrs[OTELBPF_EXCHANGE_END_REASON] = outcome.value
     if answered:
-        return StatusCode.UNSET, ""
+        return _UNSET, ""
     attrs.setdefault(ERROR_TYPE, outcome.value)
-    return StatusCode.ERROR, f"no complete response ({outcome.value})"
+    return _ERROR, f"no complete response ({outcome.value})"
 
 
 def span_record(

@@ -56,6 +56,12 @@ _HEX_ID = re.compile(r"^(?=.*\d)[0-9a-fA-F]{12,}$")
 _TOKEN_ID = re.compile(r"^(?=.*\d)(?=.*[A-Za-z])[A-Za-z0-9_-]{24,}$")
 
 
+# Read once: a member read off its enum class is an attribute look-up per span.
+_SERVER = SpanKind.SERVER
+_UNSET = StatusCode.UNSET
+_ERROR = StatusCode.ERROR
+
+
 def _is_identifier(segment: str) -> bool:
     return segment.isdigit() or bool(_UUID.match(segment) or _HEX_ID.match(segment) or _TOKEN_ID.match(segment))
 
@@ -166,7 +172,7 @@ class Http1Semantics:
     def span(self, start: SpanStart, exchange: HttpExchange, conn, options: SpanOptions) -> SpanRecord:
         request = exchange.request
         response = exchange.response
-        server = start.kind == SpanKind.SERVER
+        server = start.kind == _SERVER
         method = request.method if request.method in HTTP_KNOWN_METHODS else HTTP_OTHER_METHOD
         path, query = split_target(request.target)
 
@@ -184,7 +190,7 @@ class Http1Semantics:
         peer_attributes(conn, attrs)
         http_request_extras(user_agent, request.body_size, attrs)
 
-        status = StatusCode.UNSET
+        status = _UNSET
         if response is not None:
             status = http_response_status(response.status, server, attrs)
             if response.body_size:
@@ -197,7 +203,7 @@ class Http1Semantics:
                 attrs[OTELBPF_RESPONSE_BODY_SENDFILE] = True
         answered = response is not None and response.complete
         outcome_code, message = outcome_status(exchange, answered, attrs)
-        if outcome_code is StatusCode.ERROR:
+        if outcome_code is _ERROR:
             status = outcome_code
         genai = self.genai
         if genai is not None:
