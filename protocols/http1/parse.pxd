@@ -69,10 +69,15 @@ cdef class HttpParser:
 
 
 cdef Py_ssize_t _skip_blank_lines(data, Py_ssize_t pos) except -1
-@cy.locals(parts=list, method=str, target=str, version=str)
+@cy.locals(parsed=tuple)
 cdef object _new_request(str start_line)
-@cy.locals(size=Py_ssize_t)
+@cy.locals(parsed=tuple)
 cdef object _new_response(str start_line)
+cdef void _remember(dict lines, str start_line, tuple parsed) except *
+@cy.locals(parts=list, method=str, target=str, version=str)
+cdef tuple _request_line(str start_line)
+@cy.locals(size=Py_ssize_t)
+cdef tuple _status_line(str start_line)
 @cy.locals(block=FieldBlock)
 cdef tuple _body_framing(object headers)
 cdef bint _is_version(str text) except -1

@@ -651,20 +651,59 @@ def _skip_blank_lines(data: bytes, pos: int) -> int:
 
 
 def _new_request(start_line: str) -> HttpRequest | None:
+    parsed = _REQUEST_LINES.get(start_line)
+    if parsed is None:
+        parsed = _request_line(start_line)
+        if parsed is None:
+            return None
+        _remember(_REQUEST_LINES, start_line, parsed)
+    return HttpRequest(version=parsed[2], method=parsed[0], target=parsed[1])
+
+
+def _new_response(start_line: str) -> HttpResponse | None:
+    parsed = _STATUS_LINES.get(start_line)
+    if parsed is None:
+        parsed = _status_line(start_line)
+        if parsed is None:
+            return None
+        _remember(_STATUS_LINES, start_line, parsed)
+    return HttpResponse(version=parsed[0], status=parsed[1], reason=parsed[2])
+
+
+# Start lines already checked, and what they hold: a connection repeats the
+# same few request lines and status lines, and a look-up costs less than the
+# checks. Bounded: at most _START_LINES_KEPT of each, forgotten all at once
+# when full, none longer than _START_LINE_KEPT_LEN.
+_REQUEST_LINES: dict[str, tuple[str, str, str]] = {}
+_STATUS_LINES: dict[str, tuple[str, int, str]] = {}
+_START_LINES_KEPT = 1024
+_START_LINE_KEPT_LEN = 256
+
+
+def _remember(lines: dict, start_line: str, parsed: tuple) -> None:
+    if len(start_line) <= _START_LINE_KEPT_LEN:
+        if len(lines) >= _START_LINES_KEPT:
+            lines.clear()
+        lines[start_line] = parsed
+
+
+def _request_line(start_line: str) -> tuple[str, str, str] | None:
+    """(method, target, version) of a valid request line, else None."""
     parts = start_line.split(" ")
     if len(parts) == 3:  # the common shape, checked without the regex
         method, target, version = parts
         if method in STANDARD_METHODS and _is_version(version) and target and target.isprintable():
             # isprintable: no control character, DEL or space, as _TARGET_CHAR requires
-            return HttpRequest(version=version[5:], method=method, target=target)
+            return method, target, version[5:]
     match = _REQUEST_LINE.fullmatch(start_line)
     if match is None:
         return None
     method, target, version = match.groups()
-    return HttpRequest(version=version, method=method, target=target)
+    return method, target, version
 
 
-def _new_response(start_line: str) -> HttpResponse | None:
+def _status_line(start_line: str) -> tuple[str, int, str] | None:
+    """(version, status, reason) of a valid status line, else None."""
     size = len(start_line)
     if (
         size >= 12
@@ -675,12 +714,12 @@ def _new_response(start_line: str) -> HttpResponse | None:
         and start_line[11] in _DIGITS
         and (size == 12 or (start_line[12] == " " and "\n" not in start_line))
     ):  # the common shape, checked without the regex
-        return HttpResponse(version=start_line[5:8], status=int(start_line[9:12]), reason=start_line[13:].strip())
+        return start_line[5:8], int(start_line[9:12]), start_line[13:].strip()
     match = _STATUS_LINE.fullmatch(start_line)
     if match is None:
         return None
     version, status, reason = match.groups()
-    return HttpResponse(version=version, status=int(status), reason=(reason or "").strip())
+    return version, int(status), (reason or "").strip()
 
 
 _DIGITS = "0123456789"
