@@ -6,7 +6,8 @@
 # not declared here still work (the instance keeps a __dict__ for them), only slower.
 cimport cython as cy
 from otelbpf.identity cimport SpanStart, TraceGroup
-from otelbpf.model cimport SpanRecord
+from otelbpf.model cimport SpanRecord, new_span_id, new_trace_id
+from otelbpf.propagation cimport extract_parent
 
 
 cdef class Linker:

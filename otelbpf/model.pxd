@@ -4,6 +4,11 @@
 # declares must be here; all are objects, so values behave as in plain Python.
 
 
+# Drawn twice per request: C calls from the modules that cimport them (association.pxd).
+cpdef bytes new_trace_id()
+cpdef bytes new_span_id()
+
+
 cdef class SpanLink:
     cdef public object trace_id
     cdef public object span_id

@@ -42,6 +42,10 @@ class RemoteParent:
 def extract_parent(headers: Iterable[tuple[str, str]]) -> RemoteParent | None:
     """The remote parent named by the request's headers (lower-cased names), if valid.
 
+    Asked once per request, so a C function when compiled (propagation.pxd): what
+    needs a comprehension (a closure, which a compiled cpdef function cannot
+    hold) runs in the helpers below, for the requests that carry a header.
+
     ``headers`` is a sequence of pairs, or an object that also answers
     ``has_any(names)`` and ``get(name)`` (first value or None) without walking
     every field."""
@@ -52,7 +56,7 @@ def extract_parent(headers: Iterable[tuple[str, str]]) -> RemoteParent | None:
         # searches instead of splitting every field into a pair.
         if not has_any(_REQUIRED_HEADERS):
             return None
-        carrier = {name: value for name in _TRACE_HEADERS if (value := headers.get(name)) is not None}
+        carrier = _trace_fields(headers)
     else:
         for name, value in headers:
             if name in _TRACE_HEADERS:
@@ -61,6 +65,11 @@ def extract_parent(headers: Iterable[tuple[str, str]]) -> RemoteParent | None:
                 carrier.setdefault(name, value)
     if carrier is None:
         return None
+    return _parent_in(carrier)
+
+
+def _parent_in(carrier: dict[str, str]) -> RemoteParent | None:
+    """The first valid parent the propagators find in ``carrier``, in order of precedence."""
     for header, propagator, fmt in _PROPAGATORS:
         if header not in carrier:
             continue
@@ -69,3 +78,8 @@ def extract_parent(headers: Iterable[tuple[str, str]]) -> RemoteParent | None:
             state = ",".join(f"{k}={v}" for k, v in context.trace_state.items())
             return RemoteParent(context.trace_id.to_bytes(16, "big"), context.span_id.to_bytes(8, "big"), state, fmt)
     return None
+
+
+def _trace_fields(headers) -> dict[str, str]:
+    """The trace-context fields of headers looked up by name."""
+    return {name: value for name in _TRACE_HEADERS if (value := headers.get(name)) is not None}

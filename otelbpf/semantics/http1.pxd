@@ -5,6 +5,16 @@
 cimport cython as cy
 from otelbpf.connections cimport Connection
 from otelbpf.identity cimport SpanStart
+# the shared helpers as C calls (imported, they would be Python calls across modules)
+from otelbpf.semantics.common cimport (
+    http_request_extras,
+    http_response_status,
+    network_transport,
+    outcome_status,
+    peer_attributes,
+    span_record,
+    url_scheme,
+)
 from protocols.http1.types cimport FieldBlock, HttpExchange, HttpRequest, HttpResponse
 
 
