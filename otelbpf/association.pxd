@@ -45,6 +45,7 @@ cdef class Linker:
 
 
 cpdef tuple pair_key(conn, kind)
+cdef bint _remove_identical(items, target) except -1
 @cy.locals(root=TraceGroup)
 cpdef list hold_or_release(SpanRecord span, SpanStart start)
 @cy.locals(root=TraceGroup, held=list, span=SpanRecord)
