@@ -47,9 +47,10 @@ cdef class ConnectionTable:
     cdef public object on_unrecognized
     cdef public long long shed_permille
     cdef object _conns
+    cdef object _touch
     cdef dict _by_conn_id
     cdef dict _by_pid
 
     @cy.locals(conn=Connection)
     cpdef data(self, DataEvent event)
-    cdef void _feed(self, Connection conn, event) except *
+    cdef void _feed(self, Connection conn, event, direction, data, ts_ns, missing) except *

@@ -165,6 +165,8 @@ class ConnectionTable:
         #: as soon as no exchange is open on them (never mid-exchange).
         self.shed_permille = 0
         self._conns: OrderedDict[int | tuple, Connection] = OrderedDict()
+        #: Marks a key most recently used (bound once: a method look-up per event otherwise).
+        self._touch = self._conns.move_to_end
         #: conn_id -> keys of its entries (sources, datagram flows), to close them all.
         self._by_conn_id: dict[int, set[int | tuple]] = {}
         self._by_pid: dict[int, set[int]] = {}
@@ -292,18 +294,21 @@ class ConnectionTable:
         if conn is None:
             conn = self._first_sight(event, key)
         else:
-            conns.move_to_end(key)
+            self._touch(key)
         if event.flags & _SENDFILE:
             conn.sendfile_ns = event.ts_ns
         if conn.session is not None:
-            self._feed(conn, event)
+            data = event.data  # the fields read here, where the event's type is known (typed when compiled)
+            self._feed(conn, event, event.direction, data, event.ts_ns, event.total_len - len(data))
         elif not conn.unrecognized:
             self._detect(conn, event, self.stream_detectors)
 
-    def _feed(self, conn: Connection, event: DataEvent | DatagramEvent) -> None:
-        """Hand the bytes to the connection's session; route what it reports."""
+    def _feed(
+        self, conn: Connection, event: DataEvent | DatagramEvent, direction: Direction, data: bytes, ts_ns: int, missing: int
+    ) -> None:
+        """Hand the bytes ``event`` moved to the connection's session; route what it reports."""
         session = conn.session
-        out = session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))
+        out = session.feed(direction, data, ts_ns, missing)
         if out:
             self.on_events(conn, event, out)
         if session.parse_errors != conn._parse_errors_seen:
@@ -347,9 +352,10 @@ class ConnectionTable:
         if conn is None:
             conn = self._new_flow(event, key)
         else:
-            self._conns.move_to_end(key)
+            self._touch(key)
         if conn.session is not None:
-            self._feed(conn, event)
+            data = event.data
+            self._feed(conn, event, event.direction, data, event.ts_ns, event.total_len - len(data))
         elif not conn.unrecognized:
             self._detect(conn, event, self.datagram_detectors)
 

@@ -24,6 +24,7 @@ cdef class Pipeline:
     cdef public dict progress_observers
     cdef dict _progress_wanted
     cdef dict _open
+    cdef dict _semantics
     cdef Py_ssize_t _spans_built
     cdef Py_ssize_t _truncated
     cdef public long long last_ts_ns

@@ -119,6 +119,8 @@ class Pipeline:
         self._progress_wanted: dict[str, list[ProgressFilter | None]] = {}
         #: Spans whose exchange started and has not ended: id(exchange) -> start.
         self._open: dict[int, SpanStart] = {}
+        #: Each protocol's span semantics once found in the registry (asked per span).
+        self._semantics: dict[str, object] = {}
         #: Spans built during the current handle() call (one counter update per batch).
         self._spans_built = 0
         self.last_ts_ns = 0
@@ -339,7 +341,11 @@ class Pipeline:
         self._release(settled)
 
     def _build(self, start: SpanStart, exchange: Exchange, conn: Connection) -> SpanRecord | None:
-        semantics = self.registry.semantics(exchange.protocol)
+        semantics = self._semantics.get(exchange.protocol)
+        if semantics is None:
+            semantics = self.registry.semantics(exchange.protocol)
+            if semantics is not None:
+                self._semantics[exchange.protocol] = semantics
         if semantics is None:
             self.counters.add("otelbpf.spans.unmapped", label=exchange.protocol)
             return None

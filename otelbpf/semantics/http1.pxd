@@ -33,6 +33,7 @@ cdef class Http1Semantics:
 # imports some).
 cpdef derive_route(path)
 cpdef tuple split_target(target)
+cdef tuple _split_target(target)
 @cy.locals(block=FieldBlock)
 cpdef tuple _host_and_user_agent(headers)
 cpdef tuple split_host(host, default_port)

@@ -99,7 +99,22 @@ def _derive_route(path: str) -> str:
 
 
 def split_target(target: str) -> tuple[str, str]:
-    """(path, query) of a request-target in origin or absolute form."""
+    """(path, query) of a request-target in origin or absolute form (remembered
+    per target, like routes)."""
+    split = _TARGETS.get(target)
+    if split is None:
+        split = _split_target(target)
+        if len(target) <= _ROUTE_CACHE_MAX_LEN:
+            if len(_TARGETS) >= _ROUTE_CACHE_SIZE:
+                _TARGETS.clear()
+            _TARGETS[target] = split
+    return split
+
+
+_TARGETS: dict[str, tuple[str, str]] = {}
+
+
+def _split_target(target: str) -> tuple[str, str]:
     if target.startswith(("http://", "https://")):
         rest = target.split("://", 1)[1]
         slash = rest.find("/")
