@@ -39,6 +39,7 @@ cdef class Linker:
     cdef object _claim_client(self, key)
     @cy.locals(server=SpanStart)
     cdef bint _adopt_orphan(self, key, SpanStart client, ts_ns) except -1
+    cdef void _stop_awaiting_client(self, SpanStart server) except *
     cpdef list end(self, SpanStart start, ts_ns, task_id=*)
     @cy.locals(windows=list)
     cdef void _close_window(self, SpanStart start) except *

@@ -141,11 +141,11 @@ class Linker:
         self._pending_count = 0
         #: id(SpanStart) -> pair key of a pending client (to withdraw it).
         self._client_keys: dict[int, tuple] = {}
-        #: The latest SERVER span of each pair key that found no client
-        #: (LATE_CLIENT_WINDOW_NS). Not removed at its end (one dict store per
-        #: such request is all it costs: a server traced without its clients,
-        #: nginx under wrk, makes one per request); emptied when it grows past
-        #: MAX_PENDING_CLIENTS keys.
+        #: The latest open SERVER span of each pair key that found no client
+        #: (LATE_CLIENT_WINDOW_NS), removed when it ends (the span holds its
+        #: finished record: kept until the connection's next request, every
+        #: closed connection's last one would stay in memory); emptied when it
+        #: grows past MAX_PENDING_CLIENTS keys.
         self._orphan_servers: dict[tuple, SpanStart] = {}
         self._task_decisions = 0
         #: id(SpanStart) of undecided task calls -> when their exchange
@@ -224,6 +224,7 @@ class Linker:
                 orphans.clear()
                 self.counters.add("otelbpf.association.orphans_evicted", MAX_PENDING_CLIENTS)
             orphans[pair] = start
+            start.awaits_client = pair
         return start
 
     def _adopt_orphan(self, key: tuple | None, client: SpanStart, ts_ns: int) -> bool:
@@ -236,6 +237,7 @@ class Linker:
         if server is None or not 0 <= ts_ns - server.start_ns <= LATE_CLIENT_WINDOW_NS:
             return False
         del self._orphan_servers[key]
+        server.awaits_client = None
         if not self._is_open(server):
             return False
         server.parent_span_id = client.span_id
@@ -408,6 +410,8 @@ class Linker:
         ``task_id``). Returns groups whose pending decisions are now all made."""
         if start.kind in _RECEIVING:
             settled = self._answer_task_calls(start, ts_ns, task_id) if task_id else []
+            if start.awaits_client is not None:
+                self._stop_awaiting_client(start)
             self._close_window(start)
             for observer in self.window_observers:
                 observer.closed(start, ts_ns)
@@ -420,6 +424,13 @@ class Linker:
         if id(start) in self._task_call_done:
             self._task_call_done[id(start)] = ts_ns
         return []
+
+    def _stop_awaiting_client(self, server: SpanStart) -> None:
+        """``server`` ended: no late client may adopt it now, so the linker lets go of it."""
+        key = server.awaits_client
+        server.awaits_client = None
+        if self._orphan_servers.get(key) is server:
+            del self._orphan_servers[key]
 
     def _is_open(self, start: SpanStart) -> bool:
         """Is ``start``'s request window still open (its exchange not ended)?"""
@@ -512,6 +523,11 @@ class Linker:
     @property
     def pending_clients(self) -> int:
         return self._pending_count
+
+    @property
+    def servers_awaiting_clients(self) -> int:
+        """Open SERVER spans that found no CLIENT span and may still be adopted by a late one."""
+        return len(self._orphan_servers)
 
     @property
     def pending_task_calls(self) -> int:

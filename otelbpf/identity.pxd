@@ -33,3 +33,4 @@ cdef class SpanStart:
     cdef public object start_ns
     cdef public object links
     cdef public object span
+    cdef public object awaits_client

@@ -68,7 +68,7 @@ class SpanStart:
     """
 
     __slots__ = ("group", "span_id", "parent_span_id", "kind", "pid", "tid", "association", "task_id",
-                 "start_ns", "links", "span")
+                 "start_ns", "links", "span", "awaits_client")
     group: TraceGroup
     span_id: bytes
     parent_span_id: bytes
@@ -86,9 +86,13 @@ class SpanStart:
     links: "tuple[SpanStart, ...] | list[SpanStart]"
     #: The finished span, once built (a deferred decision may still amend it).
     span: SpanRecord | None
+    #: The connection pair key under which this SERVER span, which found no
+    #: CLIENT span, waits for a late one while it is open (otelbpf.association,
+    #: LATE_CLIENT_WINDOW_NS); None otherwise.
+    awaits_client: tuple | None
 
     def __init__(self, group, span_id, parent_span_id, kind, pid, tid, association="", task_id=0, start_ns=0,
-                 links=(), span=None) -> None:
+                 links=(), span=None, awaits_client=None) -> None:
         self.group = group
         self.span_id = span_id
         self.parent_span_id = parent_span_id
@@ -100,6 +104,7 @@ class SpanStart:
         self.start_ns = start_ns
         self.links = links
         self.span = span
+        self.awaits_client = awaits_client
 
     def __repr__(self) -> str:
         return (f"SpanStart(group={self.group!r}, span_id={self.span_id!r}, parent_span_id={self.parent_span_id!r}, "

@@ -147,6 +147,29 @@ def test_a_late_client_never_adopts_a_server_span_that_ended_or_began_long_befor
     assert link.counters.get("otelbpf.association.late_clients") == 0
 
 
+def test_a_server_span_that_found_no_client_is_let_go_of_when_it_ends():
+    """A server traced without its clients (or whose clients connect once each)
+    leaves nothing behind per connection: an ended span, which holds its finished
+    record, must not wait for the connection's next request to be freed."""
+    link = linker()
+    for port in range(1000):  # a thousand one-request connections
+        server = link.start(Conn("10.0.0.2", 8081, "10.0.0.1", 40000 + port), NO_HEADERS, SERVER, pid=2, tid=21,
+                            ts_ns=1_000 + port)
+        assert link.servers_awaiting_clients == 1
+        hold_or_release(span_for(server), server)
+        link.end(server, 2_000 + port)
+        assert server.awaits_client is None
+    assert link.servers_awaiting_clients == 0
+    # pipelined: the first ends while the second waits on the same pair; the second stays adoptable
+    first = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=10_000)
+    second = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=10_001)
+    link.end(first, 10_002)
+    assert link.servers_awaiting_clients == 1
+    client = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=10_003)
+    assert second.parent_span_id == client.span_id
+    assert link.servers_awaiting_clients == 0
+
+
 def test_unix_sockets_pair_by_socket_identity():
     link = linker()
     client = link.start(Conn(peer_sock_id=0xBEEF, sock_id=0xCAFE), NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=100)
