@@ -41,7 +41,7 @@ DROPPED = "otelbpf.export.dropped"
 FAILURES = "otelbpf.export.failures"
 
 
-class BatchSpanProcessor(BatchQueue[SpanRecord]):
+class BatchSpanProcessor(BatchQueue):
     """Collects spans from ``on_end`` and exports them in batches to each sink."""
 
     def __init__(

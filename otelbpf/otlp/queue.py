@@ -40,7 +40,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Protocol, Sequence, TypeVar
+from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from otelbpf.otlp.sink import Sink
 from otelbpf.selfmetrics import Counters
@@ -115,8 +115,12 @@ class _Lane:
         return math.inf
 
 
-class BatchQueue(Generic[Item]):
-    """Collects items from ``add`` and exports them in batches to each sink, each from its own queue."""
+class BatchQueue:
+    """Collects items from ``add`` and exports them in batches to each sink, each from its own queue.
+
+    Compiled, an extension type (queue.pxd): ``add``, once per span, reads the
+    queue's state as C fields and calls its steps as C methods. Items are of
+    any type (``Item``); the queue never looks inside them."""
 
     def __init__(
         self,
