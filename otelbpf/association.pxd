@@ -10,6 +10,13 @@ from otelbpf.model cimport SpanRecord, new_span_id, new_trace_id
 from otelbpf.propagation cimport extract_parent
 
 
+cdef class _ProcessState:
+    cdef public dict by_thread
+    cdef public Py_ssize_t open_count
+    cdef public object background
+    cdef public list task_calls
+
+
 cdef class Linker:
     cdef dict __dict__
     cdef public object counters
@@ -34,14 +41,17 @@ cdef class Linker:
     cdef SpanStart _server_start(self, pair, kind, pid, tid)
     @cy.locals(parent=SpanStart, start=SpanStart)
     cdef SpanStart _client_start(self, kind, pid, tid, task_id, off_request=*)
+    @cy.locals(state=_ProcessState)
     cdef void _open_window(self, SpanStart start) except *
+    @cy.locals(state=_ProcessState)
+    cdef _ProcessState _state(self, pid)
     cdef void _remember_client(self, key, SpanStart start) except *
     cdef object _claim_client(self, key)
     @cy.locals(server=SpanStart)
     cdef bint _adopt_orphan(self, key, SpanStart client, ts_ns) except -1
     cdef void _stop_awaiting_client(self, SpanStart server) except *
     cpdef list end(self, SpanStart start, ts_ns, task_id=*)
-    @cy.locals(windows=list)
+    @cy.locals(windows=list, state=_ProcessState)
     cdef void _close_window(self, SpanStart start) except *
 
 

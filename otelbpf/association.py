@@ -52,7 +52,7 @@ saying which rule linked them (or ``ambiguous``).
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from otelbpf.identity import SpanStart, TraceGroup
 from otelbpf.model import SpanKind, SpanRecord, new_span_id, new_trace_id
@@ -84,15 +84,26 @@ TASK_DECISION_TIMEOUT_NS = 10_000_000_000
 LATE_CLIENT_WINDOW_NS = 50_000_000
 
 
-@dataclass(slots=True)
+@dataclass
 class _ProcessState:
+    """What the linker knows of one process. Read twice per request (its request
+    windows open and close): an extension type when compiled (association.pxd),
+    written as a dataclass over ``__init__`` and ``__slots__`` (DEVELOPERS.md)."""
+
+    __slots__ = ("by_thread", "open_count", "background", "task_calls")
     #: Open SERVER spans by the thread that read their request.
-    by_thread: dict[int, list[SpanStart]] = field(default_factory=dict)
-    open_count: int = 0
+    by_thread: dict[int, list[SpanStart]]
+    open_count: int
     #: Threads that made calls while the process served nothing.
-    background: OrderedDict = field(default_factory=OrderedDict)
+    background: OrderedDict
     #: CLIENT spans made in asyncio tasks, waiting for their task's response.
-    task_calls: list[SpanStart] = field(default_factory=list)
+    task_calls: list[SpanStart]
+
+    def __init__(self, by_thread=None, open_count=0, background=None, task_calls=None) -> None:
+        self.by_thread = {} if by_thread is None else by_thread
+        self.open_count = open_count
+        self.background = OrderedDict() if background is None else background
+        self.task_calls = [] if task_calls is None else task_calls
 
 
 #: Span kinds whose process received the request or message: they open a
