@@ -122,6 +122,15 @@ def test_lookups_and_pairs_agree_with_the_eager_parse(lines: list[str]):
     expected, errors = _eager(lines)
     assert list(message.headers) == expected
     assert parser.parse_errors == errors
-    for name in {name for name, _ in expected} | {"host", "content-length", "x"}:
+    probes = {name for name, _ in expected} | {"host", "content-length", "x", "hh", "b3", "traceparent", "a-b-c"}
+    fields = message.headers
+    for name in probes:
         first = next((value for key, value in expected if key == name), None)
         assert message.header(name) == first
+        if type(fields) is FieldBlock:  # every lookup by name agrees with the pairs
+            every = [value for key, value in expected if key == name]
+            assert fields.get_all(name) == every and fields.has(name) == bool(every)
+    if type(fields) is FieldBlock:
+        names = tuple(sorted(probes))
+        assert fields.has_any(names) == any(key in probes for key, _ in expected)
+        assert fields.has_any(("traceparent", "b3")) == any(key in ("traceparent", "b3") for key, _ in expected)
