@@ -547,10 +547,13 @@ class Linker:
 
 def hold_or_release(span: SpanRecord, start: SpanStart) -> list[SpanRecord]:
     """The spans that can leave now: ``span`` itself unless its trace waits
-    for a decision, in which case it is held with its group."""
-    start.span = span
+    for a decision, in which case it is held with its group (and ``start``
+    keeps it, for that decision to amend). A span that leaves is not kept:
+    identities outlive their spans (a sent message's, for its readers), and
+    must not keep every finished record alive with them."""
     root = start.group.root()
     if root.pending:
+        start.span = span
         root.held.append(span)
         return []
     return [span]

@@ -84,7 +84,8 @@ class SpanStart:
     #: sending span (otelbpf.association, rule ``message``).
     #: A shared empty tuple until one is added (no allocation per span).
     links: "tuple[SpanStart, ...] | list[SpanStart]"
-    #: The finished span, once built (a deferred decision may still amend it).
+    #: The finished span while it is held for a deferred decision of its
+    #: trace (which may still amend it); None otherwise.
     span: SpanRecord | None
     #: The connection pair key under which this SERVER span, which found no
     #: CLIENT span, waits for a late one while it is open (otelbpf.association,

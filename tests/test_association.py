@@ -210,6 +210,17 @@ def test_task_call_is_decided_when_its_task_answers_and_moves_its_subtree():
     assert call_span.attributes["otelbpf.association"] == "task"
 
 
+def test_a_span_that_leaves_at_once_is_not_kept_by_its_identity():
+    """Identities outlive their spans (a sent message's, kept for its readers; a
+    server's awaiting a late client): only a span held for a pending decision,
+    which may amend it, stays referenced (the test above)."""
+    link = linker()
+    server = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100)
+    span = span_for(server)
+    assert hold_or_release(span, server) == [span]
+    assert server.span is None
+
+
 def test_task_call_never_links_to_a_request_that_started_after_it():
     link = linker()
     call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=100, task_id=0xA)
