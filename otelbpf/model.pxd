@@ -7,6 +7,7 @@
 # Drawn twice per request: C calls from the modules that cimport them (association.pxd).
 cpdef bytes new_trace_id()
 cpdef bytes new_span_id()
+cdef bytes _draw(list pool, Py_ssize_t size, bytes zero, bytes one)
 
 
 cdef class SpanLink:

@@ -103,22 +103,21 @@ class SpanRecord:
 
 def new_trace_id() -> bytes:
     """A random non-zero trace ID (random bits, like the SDK's RandomIdGenerator)."""
-    try:
-        trace_id = _TRACE_IDS.pop()
-    except IndexError:
-        _TRACE_IDS.extend(_random_ids(16))
-        trace_id = _TRACE_IDS.pop()
-    return trace_id if trace_id != _ZERO_TRACE_ID else _ONE_TRACE_ID
+    return _draw(_TRACE_IDS, 16, _ZERO_TRACE_ID, _ONE_TRACE_ID)
 
 
 def new_span_id() -> bytes:
     """A random non-zero span ID."""
+    return _draw(_SPAN_IDS, 8, _ZERO_SPAN_ID, _ONE_SPAN_ID)
+
+
+def _draw(pool: list, size: int, zero: bytes, one: bytes) -> bytes:
     try:
-        span_id = _SPAN_IDS.pop()
+        drawn = pool.pop()
     except IndexError:
-        _SPAN_IDS.extend(_random_ids(8))
-        span_id = _SPAN_IDS.pop()
-    return span_id if span_id != _ZERO_SPAN_ID else _ONE_SPAN_ID
+        pool.extend(_random_ids(size))
+        drawn = pool.pop()
+    return drawn if drawn != zero else one
 
 
 # IDs are cut from 4 KiB of random bits at a time: one draw per 256 or 512 IDs

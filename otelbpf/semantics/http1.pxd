@@ -32,6 +32,7 @@ cdef class Http1Semantics:
 # Module helpers called per span: C calls from span(), Python functions still (http2.py
 # imports some).
 cpdef derive_route(path)
+cdef object _remember(dict table, key, Py_ssize_t size, value)
 cpdef tuple split_target(target)
 cdef tuple _split_target(target)
 @cy.locals(block=FieldBlock)

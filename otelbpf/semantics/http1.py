@@ -78,17 +78,24 @@ def derive_route(path: str) -> str:
     """
     route = _ROUTES.get(path)
     if route is None:
-        route = _derive_route(path)
-        if len(path) <= _ROUTE_CACHE_MAX_LEN:
-            if len(_ROUTES) >= _ROUTE_CACHE_SIZE:
-                _ROUTES.clear()
-            _ROUTES[path] = route
+        route = _remember(_ROUTES, path, len(path), _derive_route(path))
     return route
 
 
 _ROUTES: dict[str, str] = {}
 _ROUTE_CACHE_SIZE = 4096
 _ROUTE_CACHE_MAX_LEN = 256
+
+
+def _remember(table: dict, key, size: int, value):
+    """``value``, kept for ``key`` in ``table`` (one of this module's memos of
+    what repeats per request): at most ``_ROUTE_CACHE_SIZE`` entries, forgotten
+    all at once when full, none for text longer than ``_ROUTE_CACHE_MAX_LEN``."""
+    if size <= _ROUTE_CACHE_MAX_LEN:
+        if len(table) >= _ROUTE_CACHE_SIZE:
+            table.clear()
+        table[key] = value
+    return value
 
 
 def _derive_route(path: str) -> str:
@@ -103,11 +110,7 @@ def split_target(target: str) -> tuple[str, str]:
     per target, like routes)."""
     split = _TARGETS.get(target)
     if split is None:
-        split = _split_target(target)
-        if len(target) <= _ROUTE_CACHE_MAX_LEN:
-            if len(_TARGETS) >= _ROUTE_CACHE_SIZE:
-                _TARGETS.clear()
-            _TARGETS[target] = split
+        split = _remember(_TARGETS, target, len(target), _split_target(target))
     return split
 
 
@@ -149,11 +152,7 @@ def split_host(host: str, default_port: int) -> tuple[str, int]:
     key = (host, default_port)
     split = _HOSTS.get(key)
     if split is None:
-        split = _split_host(host, default_port)
-        if len(host) <= _ROUTE_CACHE_MAX_LEN:
-            if len(_HOSTS) >= _ROUTE_CACHE_SIZE:
-                _HOSTS.clear()
-            _HOSTS[key] = split
+        split = _remember(_HOSTS, key, len(host), _split_host(host, default_port))
     return split
 
 

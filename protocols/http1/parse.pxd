@@ -73,7 +73,7 @@ cdef Py_ssize_t _skip_blank_lines(data, Py_ssize_t pos) except -1
 cdef object _new_request(str start_line)
 @cy.locals(parsed=tuple)
 cdef object _new_response(str start_line)
-cdef void _remember(dict lines, str start_line, tuple parsed) except *
+cdef tuple _remember(dict lines, str start_line, tuple parsed)
 @cy.locals(parts=list, method=str, target=str, version=str)
 cdef tuple _request_line(str start_line)
 @cy.locals(size=Py_ssize_t)

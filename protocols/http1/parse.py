@@ -653,20 +653,18 @@ def _skip_blank_lines(data: bytes, pos: int) -> int:
 def _new_request(start_line: str) -> HttpRequest | None:
     parsed = _REQUEST_LINES.get(start_line)
     if parsed is None:
-        parsed = _request_line(start_line)
+        parsed = _remember(_REQUEST_LINES, start_line, _request_line(start_line))
         if parsed is None:
             return None
-        _remember(_REQUEST_LINES, start_line, parsed)
     return HttpRequest(version=parsed[2], method=parsed[0], target=parsed[1])
 
 
 def _new_response(start_line: str) -> HttpResponse | None:
     parsed = _STATUS_LINES.get(start_line)
     if parsed is None:
-        parsed = _status_line(start_line)
+        parsed = _remember(_STATUS_LINES, start_line, _status_line(start_line))
         if parsed is None:
             return None
-        _remember(_STATUS_LINES, start_line, parsed)
     return HttpResponse(version=parsed[0], status=parsed[1], reason=parsed[2])
 
 
@@ -680,11 +678,13 @@ _START_LINES_KEPT = 1024
 _START_LINE_KEPT_LEN = 256
 
 
-def _remember(lines: dict, start_line: str, parsed: tuple) -> None:
-    if len(start_line) <= _START_LINE_KEPT_LEN:
+def _remember(lines: dict, start_line: str, parsed: tuple | None) -> tuple | None:
+    """``parsed``, kept for ``start_line`` unless None (an invalid line is not kept)."""
+    if parsed is not None and len(start_line) <= _START_LINE_KEPT_LEN:
         if len(lines) >= _START_LINES_KEPT:
             lines.clear()
         lines[start_line] = parsed
+    return parsed
 
 
 def _request_line(start_line: str) -> tuple[str, str, str] | None:
