@@ -5,6 +5,7 @@
 # with the message path, as for any unusual span.
 cimport cython as cy
 from otelbpf.model cimport SpanRecord
+from otelbpf.otlp.wire cimport wire_attributes
 
 
 @cy.locals(parts=list)

@@ -17,3 +17,8 @@ cdef class FragmentCache:
 
     @cy.locals(strings=dict, ints=dict, values=dict, fragments=list)
     cpdef list fragments(self, attributes, list fragments)
+
+
+# Once per encoded span (and link): a C call from the encoders that cimport it (export/encode.pxd).
+@cy.locals(cache=FragmentCache)
+cpdef bytes wire_attributes(attributes, bytes tag)

@@ -201,7 +201,8 @@ WIRE_CACHE = FragmentCache(wire_key_value)
 def wire_attributes(attributes: Mapping[str, Any], tag: bytes) -> bytes:
     """The repeated ``KeyValue`` field ``tag`` for ``attributes``; raises for any value the fast path does not take."""
     # the leading b"" makes the join put the tag before every fragment
-    return tag.join(WIRE_CACHE.fragments(attributes, [b""]))
+    cache = WIRE_CACHE  # read per call (tests swap it); typed when compiled, so fragments() is a C call
+    return tag.join(cache.fragments(attributes, [b""]))
 
 
 def resource_attributes(resources: ResourceLookup, pid: int) -> Mapping[str, Any]:
