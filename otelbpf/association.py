@@ -153,10 +153,9 @@ class Linker:
         #: id(SpanStart) -> pair key of a pending client (to withdraw it).
         self._client_keys: dict[int, tuple] = {}
         #: The latest open SERVER span of each pair key that found no client
-        #: (LATE_CLIENT_WINDOW_NS), removed when it ends (the span holds its
-        #: finished record: kept until the connection's next request, every
-        #: closed connection's last one would stay in memory); emptied when it
-        #: grows past MAX_PENDING_CLIENTS keys.
+        #: (LATE_CLIENT_WINDOW_NS), removed when it ends (kept until the
+        #: connection's next request, every closed connection's last span would
+        #: stay in memory); emptied when it grows past MAX_PENDING_CLIENTS keys.
         self._orphan_servers: dict[tuple, SpanStart] = {}
         self._task_decisions = 0
         #: id(SpanStart) of undecided task calls -> when their exchange

@@ -171,7 +171,7 @@ class Pipeline:
         handlers = self._handlers
         self._truncated = 0
         for event in events:
-            if type(event) is DataEvent:  # most of every batch: a direct call, not the table's bound method
+            if type(event) is DataEvent:  # most of every batch: a direct call, not a bound method from the handler table
                 self._on_data(event)
                 continue
             handler = handlers.get(type(event))
