@@ -27,6 +27,8 @@ cdef class Pipeline:
     cdef dict _semantics
     cdef Py_ssize_t _spans_built
     cdef Py_ssize_t _truncated
+    cdef bint _batching
+    cdef list _finished
     cdef public long long last_ts_ns
     cdef dict _handlers
 
@@ -38,4 +40,5 @@ cdef class Pipeline:
     cdef object _build(self, SpanStart start, exchange, Connection conn)
     cdef void _release(self, groups) except *
     cdef void _emit(self, list spans) except *
+    cdef void _deliver(self) except *
     cdef void _count_spans(self) except *

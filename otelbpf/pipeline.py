@@ -123,6 +123,9 @@ class Pipeline:
         self._semantics: dict[str, object] = {}
         #: Spans built during the current handle() call (one counter update per batch).
         self._spans_built = 0
+        #: Inside handle(): finished spans wait in _finished until the batch's events are done.
+        self._batching = False
+        self._finished: list[SpanRecord] = []
         self.last_ts_ns = 0
         #: Called after each batch with the event clock, and with
         #: ``everything=True`` when the agent stops: work that ends by time
@@ -170,20 +173,25 @@ class Pipeline:
         self.counters.add("otelbpf.events", len(events))
         handlers = self._handlers
         self._truncated = 0
-        for event in events:
-            if type(event) is DataEvent:  # most of every batch: a direct call, not a bound method from the handler table
-                self._on_data(event)
-                continue
-            handler = handlers.get(type(event))
-            if handler is None:
-                self.counters.add("otelbpf.events.unknown")
-                continue
-            handler(event)
-        if self._truncated:
-            self.counters.add("otelbpf.payload.truncated", self._truncated)
-        self._count_spans()
-        if self.linker.pending_task_calls:
-            self._release(self.linker.expire(self.last_ts_ns))
+        self._batching = True
+        try:
+            for event in events:
+                if type(event) is DataEvent:  # most of every batch: a direct call, not a bound method from the handler table
+                    self._on_data(event)
+                    continue
+                handler = handlers.get(type(event))
+                if handler is None:
+                    self.counters.add("otelbpf.events.unknown")
+                    continue
+                handler(event)
+            if self._truncated:
+                self.counters.add("otelbpf.payload.truncated", self._truncated)
+            self._count_spans()
+            if self.linker.pending_task_calls:
+                self._release(self.linker.expire(self.last_ts_ns))
+        finally:
+            self._batching = False
+            self._deliver()
         for tick in self.tick_hooks:
             tick(self.last_ts_ns, False)
 
@@ -372,8 +380,25 @@ class Pipeline:
             self._emit(release(group))
 
     def _emit(self, spans: list[SpanRecord]) -> None:
+        """Hand finished spans on; inside handle(), after the batch's events (_deliver)."""
+        if self._batching:
+            self._finished.extend(spans)
+            return
         for span in spans:
             self.consumer.on_end(span)
+
+    def _deliver(self) -> None:
+        """The spans the batch finished, to the consumer, in the order they ended. Once per
+        batch rather than once per span: the consumers' code then runs warm in the CPU's
+        instruction cache, span after span, instead of cold between two requests' parsing
+        (DEVELOPERS.md, "Run each stage over the batch")."""
+        finished = self._finished
+        if not finished:
+            return
+        self._finished = []
+        on_end = self.consumer.on_end
+        for span in finished:
+            on_end(span)
 
     @property
     def open_exchanges(self) -> int:

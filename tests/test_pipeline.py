@@ -222,6 +222,43 @@ def test_a_span_mapping_that_raises_costs_a_counted_span_not_the_pipeline() -> N
     assert [s.name for s in out.spans] == ["GET /items/{id}"]
 
 
+
+def test_a_batchs_spans_reach_the_consumer_after_its_events_in_the_order_they_ended() -> None:
+    """Spans are handed on once per batch (the consumers' code then runs warm, span after
+    span, DEVELOPERS.md "Run each stage over the batch"), still in the order they ended."""
+    seen: list[tuple[str, int]] = []
+
+    class Watch:
+        def on_end(self, span: SpanRecord) -> None:
+            seen.append((span.attributes["url.path"], pipeline.last_ts_ns))
+
+    pipeline, _, _ = make_pipeline()
+    pipeline.consumer = Watch()
+    second = GET.replace(b"/items/42", b"/items/7")
+    pipeline.handle([
+        accepted(1, 100), accepted(2, 100, peer_port=40001, fd=6),
+        data(10, 2, 100, IN, second, fd=6), data(20, 1, 100, IN, GET),
+        data(30, 1, 100, OUT, OK), data(40, 2, 100, OUT, OK, fd=6),
+        data(50, 1, 100, IN, GET),
+    ])
+    assert seen == [("/items/42", 50), ("/items/7", 50)]
+
+
+def test_a_batch_that_fails_midway_still_hands_on_the_spans_it_finished() -> None:
+    pipeline, out, _ = make_pipeline()
+
+    def exit_hook_bug(pid: int) -> None:
+        raise RuntimeError("bug in a hook")
+
+    pipeline.on_process_exit = exit_hook_bug
+    with pytest.raises(RuntimeError):
+        pipeline.handle([accepted(1, 100), data(10, 1, 100, IN, GET), data(20, 1, 100, OUT, OK), ProcessExit(30, 100)])
+    assert [span.name for span in out.spans] == ["GET /items/{id}"]
+    pipeline.on_process_exit = None
+    pipeline.handle([accepted(2, 101), data(40, 2, 101, IN, GET), data(50, 2, 101, OUT, OK)])
+    assert len(out.spans) == 2, "the next batch is delivered as usual"
+
+
 # -- a protocol added by files and one registration line ------------------------------
 
 
