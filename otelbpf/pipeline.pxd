@@ -1,6 +1,6 @@
 # C types for pipeline.py when Cython compiles it (setup.py). The logic lives only in
 # pipeline.py; this file makes Pipeline an extension type whose per-exchange steps are
-# C methods (called directly from _on_session_events, not looked up as Python methods).
+# C methods (called directly from _session_events, not looked up as Python methods).
 # Attributes not declared here still work (the instance keeps a __dict__ for them),
 # only slower: declare the ones the hot path reads.
 cimport cython as cy
@@ -29,6 +29,7 @@ cdef class Pipeline:
     cdef Py_ssize_t _truncated
     cdef bint _batching
     cdef list _finished
+    cdef list _reported
     cdef public long long last_ts_ns
     cdef dict _handlers
 
@@ -40,5 +41,7 @@ cdef class Pipeline:
     cdef object _build(self, SpanStart start, exchange, Connection conn)
     cdef void _release(self, groups) except *
     cdef void _emit(self, list spans) except *
+    cdef void _associate(self) except *
+    cdef void _session_events(self, Connection conn, event, list out) except *
     cdef void _deliver(self) except *
     cdef void _count_spans(self) except *

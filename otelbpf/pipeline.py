@@ -123,8 +123,10 @@ class Pipeline:
         self._semantics: dict[str, object] = {}
         #: Spans built during the current handle() call (one counter update per batch).
         self._spans_built = 0
-        #: Inside handle(): finished spans wait in _finished until the batch's events are done.
+        #: Inside handle(): sessions' reports wait in _reported for the association pass,
+        #: finished spans in _finished until the batch is done (handle's docstring).
         self._batching = False
+        self._reported: list[tuple[Connection, object, list[SessionEvent]]] = []
         self._finished: list[SpanRecord] = []
         self.last_ts_ns = 0
         #: Called after each batch with the event clock, and with
@@ -170,6 +172,18 @@ class Pipeline:
     # -- events -----------------------------------------------------------------
 
     def handle(self, events: list[Event]) -> None:
+        """One batch of events, in three passes (DEVELOPERS.md, "Run each stage over the batch"):
+
+        1. data events' bytes go to their connections' sessions (parsing), and what the
+           sessions report waits in ``_reported``;
+        2. that is associated and made into spans (``_associate``), before any other kind of
+           event is handled and before a connection's session ends, so every step still sees
+           the events in their order;
+        3. the spans finished go to the consumer (``_deliver``), in the order they ended.
+
+        Each pass runs its own code warm, item after item, instead of the whole agent's code
+        once per request. A batch that fails midway still associates what it parsed and
+        hands on what it finished."""
         self.counters.add("otelbpf.events", len(events))
         handlers = self._handlers
         self._truncated = 0
@@ -179,19 +193,27 @@ class Pipeline:
                 if type(event) is DataEvent:  # most of every batch: a direct call, not a bound method from the handler table
                     self._on_data(event)
                     continue
+                if self._reported:
+                    self._associate()
                 handler = handlers.get(type(event))
                 if handler is None:
                     self.counters.add("otelbpf.events.unknown")
                     continue
                 handler(event)
+            if self._reported:
+                self._associate()
             if self._truncated:
                 self.counters.add("otelbpf.payload.truncated", self._truncated)
-            self._count_spans()
             if self.linker.pending_task_calls:
                 self._release(self.linker.expire(self.last_ts_ns))
         finally:
-            self._batching = False
-            self._deliver()
+            try:
+                if self._reported:
+                    self._associate()
+            finally:
+                self._batching = False
+                self._count_spans()
+                self._deliver()
         for tick in self.tick_hooks:
             tick(self.last_ts_ns, False)
 
@@ -283,6 +305,21 @@ class Pipeline:
     # -- session events: the exchange lifecycle -------------------------------------
 
     def _on_session_events(self, conn: Connection, event, out: list[SessionEvent]) -> None:
+        """What a connection's session reported: inside handle(), kept for the batch's
+        association pass (handle's step 2); outside (finish, an idle tick), at once."""
+        if self._batching:
+            self._reported.append((conn, event, out))
+            return
+        self._session_events(conn, event, out)
+
+    def _associate(self) -> None:
+        """Handle's step 2: what the sessions reported, in the order they reported it."""
+        reported = self._reported
+        self._reported = []
+        for conn, event, out in reported:
+            self._session_events(conn, event, out)
+
+    def _session_events(self, conn: Connection, event, out: list[SessionEvent]) -> None:
         for item in out:
             kind = type(item)
             if kind is ExchangeStarted:
@@ -365,7 +402,10 @@ class Pipeline:
             return None
 
     def _end_leftovers(self, conn: Connection, ts_ns: int) -> None:
-        """The connection's session closed: end what it left open."""
+        """The connection's session closed: end what it left open (after what it reported
+        before, still waiting for the batch's association pass)."""
+        if self._reported:
+            self._associate()
         if not conn.exchanges:
             return
         leftovers = list(conn.exchanges.values())

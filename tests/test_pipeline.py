@@ -179,6 +179,17 @@ def test_an_exchange_left_open_on_an_evicted_connection_ends_as_evicted() -> Non
     assert counters.get("otelbpf.connections.evicted") == 1
 
 
+
+def test_a_connection_evicted_by_data_in_the_same_batch_ends_what_its_session_reported() -> None:
+    """The request's start still waits for the batch's association pass when a later event
+    evicts its connection: the eviction must associate it first, or it stays open forever."""
+    pipeline, out, counters = make_pipeline(leaky_registry(), max_connections=1)
+    pipeline.handle([accepted(1, 100), data(10, 1, 100, IN, b"LEAK 1\n"), data(20, 2, 100, IN, GET, fd=6)])
+    [leaked] = out.spans
+    assert leaked.attributes["otelbpf.exchange.end_reason"] == "connection_evicted"
+    assert counters.get("otelbpf.protocol.violations", "leaky") == 0
+    assert pipeline.open_exchanges == 1, "only the second connection's request is open"
+
 def test_agent_stop_ends_what_is_open() -> None:
     pipeline, out, _ = make_pipeline(leaky_registry())
     pipeline.handle([accepted(1, 100), data(10, 1, 100, IN, b"LEAK 1\n")])
