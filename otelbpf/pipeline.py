@@ -62,6 +62,11 @@ _SPAN_KINDS = {kind.value: kind for kind in SpanKind}
 
 _COMPLETE = Outcome.COMPLETE  # read once, not off the enum class per span
 
+#: At most this many session reports, or finished spans, wait for their pass in a batch: a
+#: backlog drained at once (tens of thousands of events) is passed in slices of this size, so
+#: memory stays bounded and the export queue is fed as it was. A drain at 10k req/s is ~200 events.
+PASS_LIMIT = 1024
+
 
 class SpanConsumer(Protocol):
     def on_end(self, span: SpanRecord) -> None: ...
@@ -182,8 +187,9 @@ class Pipeline:
         3. the spans finished go to the consumer (``_deliver``), in the order they ended.
 
         Each pass runs its own code warm, item after item, instead of the whole agent's code
-        once per request. A batch that fails midway still associates what it parsed and
-        hands on what it finished."""
+        once per request. A pass also runs as soon as ``PASS_LIMIT`` items wait for it (a
+        backlog goes through in slices). A batch that fails midway still associates what it
+        parsed and hands on what it finished."""
         self.counters.add("otelbpf.events", len(events))
         handlers = self._handlers
         self._truncated = 0
@@ -308,7 +314,10 @@ class Pipeline:
         """What a connection's session reported: inside handle(), kept for the batch's
         association pass (handle's step 2); outside (finish, an idle tick), at once."""
         if self._batching:
-            self._reported.append((conn, event, out))
+            reported = self._reported
+            reported.append((conn, event, out))
+            if len(reported) >= PASS_LIMIT:
+                self._associate()
             return
         self._session_events(conn, event, out)
 
@@ -422,7 +431,10 @@ class Pipeline:
     def _emit(self, spans: list[SpanRecord]) -> None:
         """Hand finished spans on; inside handle(), after the batch's events (_deliver)."""
         if self._batching:
-            self._finished.extend(spans)
+            finished = self._finished
+            finished.extend(spans)
+            if len(finished) >= PASS_LIMIT:
+                self._deliver()
             return
         for span in spans:
             self.consumer.on_end(span)

@@ -255,6 +255,30 @@ def test_a_batchs_spans_reach_the_consumer_after_its_events_in_the_order_they_en
     assert seen == [("/items/42", 50), ("/items/7", 50)]
 
 
+
+def test_a_backlog_drained_at_once_is_passed_in_bounded_slices() -> None:
+    """A batch far larger than a drain's (a backlog) must not hold every report and span until
+    its end: memory stays bounded and the export queue is fed along the way."""
+    from otelbpf.pipeline import PASS_LIMIT
+
+    requests = PASS_LIMIT + 100
+    seen: list[tuple[int, int]] = []
+
+    class Watch:
+        def on_end(self, span: SpanRecord) -> None:
+            seen.append((span.start_ns, pipeline.last_ts_ns))
+
+    pipeline, _, _ = make_pipeline()
+    pipeline.consumer = Watch()
+    events = [accepted(1, 100)]
+    for i in range(requests):
+        events += [data(100 * i + 10, 1, 100, IN, GET), data(100 * i + 20, 1, 100, OUT, OK)]
+    pipeline.handle(events)
+    assert [start for start, _ in seen] == [100 * i + 10 for i in range(requests)], "every span, in order"
+    last_event_ts = 100 * (requests - 1) + 20
+    assert seen[0][1] < last_event_ts, "the first slice left before the batch's last event"
+    assert pipeline.open_exchanges == 0
+
 def test_a_batch_that_fails_midway_still_hands_on_the_spans_it_finished() -> None:
     pipeline, out, _ = make_pipeline()
 
