@@ -4,7 +4,8 @@ Frame bodies are parsed by ``hyperframe``; this module only holds what the
 detector and the session's resynchronisation need: the 9-byte header and the
 per-type rules a real frame obeys (RFC 9113 section 6), so that a connection
 joined mid-stream can be recognised from its frames, and so that random
-binary data rarely passes for HTTP/2.
+binary data rarely passes for HTTP/2. And the check of the frames no span
+reads (``check_unread``), which the session skips without building a frame.
 """
 
 from __future__ import annotations
@@ -37,6 +38,27 @@ _KNOWN_FLAGS = {
 _ON_STREAM = {DATA, HEADERS, PRIORITY, RST_STREAM, PUSH_PROMISE, CONTINUATION}
 _ON_CONNECTION = {SETTINGS, PING, GOAWAY}
 _FIXED_LENGTH = {PRIORITY: 5, RST_STREAM: 4, PING: 8, WINDOW_UPDATE: 4}
+
+
+def check_unread(frame: bytes | bytearray, length: int, frame_type: int, flags: int, stream_id: int) -> bool | None:
+    """For a whole frame (header and ``length`` payload bytes at the start of ``frame``) whose
+    content no span needs (PING, WINDOW_UPDATE, PRIORITY, a SETTINGS acknowledgement, an
+    extension type): whether it is well-formed, by the checks hyperframe makes of it (RFC 9113
+    section 6), so that the session can count a malformed one and skip the rest without
+    building a frame object (one per WINDOW_UPDATE and PING: gRPC sends many). None for every
+    other frame: the session parses it."""
+    if frame_type == WINDOW_UPDATE:
+        # hyperframe reads the increment with the reserved bit, and wants 1 .. 2**31 - 1
+        return length == 4 and 1 <= int.from_bytes(frame[HEADER_LEN : HEADER_LEN + 4], "big") <= 0x7FFFFFFF
+    if frame_type == PING:
+        return length == 8 and stream_id == 0
+    if frame_type == PRIORITY:
+        return length == 5 and stream_id != 0
+    if frame_type == SETTINGS and flags & FLAG_ACK:
+        return length == 0 and stream_id == 0
+    if frame_type > CONTINUATION:
+        return True  # an extension frame: ignored, as RFC 9113 section 5.5 says
+    return None
 
 
 def read_header(data: bytes | memoryview, pos: int = 0) -> tuple[int, int, int, int]:

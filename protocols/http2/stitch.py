@@ -55,6 +55,8 @@ from protocols.http2.types import PREFACE, PROTOCOL, Http2Exchange, Http2Message
 MAX_CONTROL_FRAME = 65536
 #: Header blocks spread over CONTINUATION frames are cut at this size.
 MAX_HEADER_BLOCK = 262144
+#: HEADERS flags after which the payload is more than the header block fragment.
+_PAD_OR_PRIORITY = fr.FLAG_PADDED | fr.FLAG_PRIORITY
 #: After this many parse errors the session stops parsing the connection.
 MAX_PARSE_ERRORS = 64
 _REQUEST_PSEUDO = frozenset({":method", ":path", ":scheme", ":authority", ":protocol"})
@@ -220,8 +222,17 @@ class Http2Session:
                 continue
             if len(buf) < fr.HEADER_LEN + length:
                 return
+            well_formed = fr.check_unread(buf, length, frame_type, flags, stream_id)
+            if well_formed is not None:  # nothing in it for a span: skipped, no frame object built
+                del buf[: fr.HEADER_LEN + length]
+                if not well_formed:
+                    self._errors += 1
+                continue
             raw = bytes(buf[: fr.HEADER_LEN + length])
             del buf[: fr.HEADER_LEN + length]
+            if (frame_type == fr.HEADERS or frame_type == fr.CONTINUATION) and stream_id and not flags & _PAD_OR_PRIORITY:
+                self._header_fragment(direction, side, frame_type, flags, stream_id, raw[fr.HEADER_LEN :], ts_ns, out)
+                continue
             self._control_frame(direction, side, raw, ts_ns, out)
 
     def _skip_missing(self, direction: Direction, side: _Side, missing: int, ts_ns: int, out: list) -> None:
@@ -255,23 +266,10 @@ class Http2Session:
                 side.decoder.forget()
             return
         frame_type = raw[3]
-        if frame_type == fr.HEADERS or frame_type == fr.PUSH_PROMISE:
-            is_push = frame_type == fr.PUSH_PROMISE
-            side.block = [frame.stream_id, raw[4], bytearray(frame.data), is_push]
-            if raw[4] & fr.FLAG_END_HEADERS:
-                self._block_done(direction, side, ts_ns, out)
-        elif frame_type == fr.CONTINUATION:
-            block = side.block
-            if block is None or block[0] != frame.stream_id:
-                self._errors += 1
-                side.decoder.forget()
-                return
-            if len(block[2]) + len(frame.data) > MAX_HEADER_BLOCK:
-                side.block = None
-                side.decoder.forget()
-                self._errors += 1
-                return
-            block[2] += frame.data
+        if frame_type == fr.HEADERS or frame_type == fr.CONTINUATION:
+            self._header_fragment(direction, side, frame_type, raw[4], frame.stream_id, frame.data, ts_ns, out)
+        elif frame_type == fr.PUSH_PROMISE:
+            side.block = [frame.stream_id, raw[4], bytearray(frame.data), True]
             if raw[4] & fr.FLAG_END_HEADERS:
                 self._block_done(direction, side, ts_ns, out)
         elif frame_type == fr.RST_STREAM:
@@ -285,6 +283,30 @@ class Http2Session:
                 other = self._sides[direction.opposite].decoder
                 if not other.complete:
                     other.set_max_size(table_size)
+
+    def _header_fragment(
+        self, direction: Direction, side: _Side, frame_type: int, flags: int, stream_id: int, fragment: bytes,
+        ts_ns: int, out: list,
+    ) -> None:
+        """A HEADERS or CONTINUATION frame's piece of a header block (padding and priority
+        already stripped: by hyperframe, or absent, the common case, where ``_drain`` takes the
+        payload as it is without building a frame object)."""
+        if frame_type == fr.HEADERS:
+            side.block = [stream_id, flags, bytearray(fragment), False]
+        else:
+            block = side.block
+            if block is None or block[0] != stream_id:
+                self._errors += 1
+                side.decoder.forget()
+                return
+            if len(block[2]) + len(fragment) > MAX_HEADER_BLOCK:
+                side.block = None
+                side.decoder.forget()
+                self._errors += 1
+                return
+            block[2] += fragment
+        if flags & fr.FLAG_END_HEADERS:
+            self._block_done(direction, side, ts_ns, out)
 
     # -- streams -------------------------------------------------------------------
 
