@@ -44,6 +44,26 @@ ENTRY_OVERHEAD = 32
 DEFAULT_TABLE_SIZE = 4096
 
 
+def _field(name: bytes | None, value: bytes | None) -> tuple[str, str] | None:
+    """A field as the session reads it (lower-case name, stripped value); None if unknown."""
+    if name is None or value is None:
+        return None
+    return name.decode("latin-1").lower(), value.decode("latin-1").strip()
+
+
+#: Table entries: (name, value, size, field), ``field`` decoded once (``_field``), when the
+#: entry is made, not each time a block refers to it; an unknown entry's parts are None.
+_STATIC_ENTRIES = tuple((name, value, 0, _field(name, value)) for name, value in STATIC_TABLE)
+_UNKNOWN_ENTRY: tuple[None, None, int, None] = (None, None, 0, None)
+
+#: Huffman-coded strings already decoded (``decode_huffman`` is pure Python and costs
+#: ~1 us per few bytes): header values repeat from request to request. Bounded like the
+#: HTTP/1 parser's memos: emptied when full, no key longer than _HUFFMAN_KEPT_LEN.
+_HUFFMAN: dict[bytes, bytes] = {}
+_HUFFMAN_KEPT = 4096
+_HUFFMAN_KEPT_LEN = 256
+
+
 @dataclass(slots=True)
 class DecodedBlock:
     """One header block: the fields that decoded, in order, and what did not."""
@@ -65,8 +85,8 @@ class TolerantDecoder:
     def __init__(self, complete: bool = True, max_size: int = DEFAULT_TABLE_SIZE) -> None:
         self.complete = complete
         self.max_size = max_size
-        # Newest first: (name, value, size); name or value None = unknown (placeholder).
-        self._entries: deque[tuple[bytes | None, bytes | None, int]] = deque()
+        # Newest first: (name, value, size, field); name or value None = unknown (placeholder).
+        self._entries: deque[tuple[bytes | None, bytes | None, int, tuple[str, str] | None]] = deque()
         self._size = 0
         #: How many times trust came back (a test and a self-metric can read it).
         self.recoveries = 0
@@ -85,29 +105,29 @@ class TolerantDecoder:
         self._evict()
         self._check_filled()
 
-    def _lookup(self, index: int) -> tuple[bytes | None, bytes | None] | None:
-        """The (name, value) at ``index``; (None, None) for an unknown entry; None if invalid."""
+    def _lookup(self, index: int) -> tuple[bytes | None, bytes | None, int, tuple[str, str] | None] | None:
+        """The entry (name, value, size, field) at ``index``; the unknown entry for one
+        older than the agent; None if invalid."""
         if index <= 0:
             return None
         if index <= _STATIC_LEN:
-            return STATIC_TABLE[index - 1]
+            return _STATIC_ENTRIES[index - 1]
         position = index - _STATIC_LEN - 1
         if position < len(self._entries):
-            name, value, _ = self._entries[position]
-            return name, value
+            return self._entries[position]
         if self.complete:
             # A trusted table lacks it: our maximum was too small. Distrust, do not fail.
             self.complete = False
-        return (None, None)
+        return _UNKNOWN_ENTRY
 
-    def _add(self, name: bytes | None, value: bytes | None) -> None:
+    def _add(self, name: bytes | None, value: bytes | None, decoded: tuple[str, str] | None) -> None:
         size = len(name or b"") + len(value or b"") + ENTRY_OVERHEAD
         if size > self.max_size:
             self._entries.clear()
             self._size = 0
             self._trust()
             return
-        self._entries.appendleft((name, value, size))
+        self._entries.appendleft((name, value, size, decoded))
         self._size += size
         self._evict()
         self._check_filled()
@@ -142,44 +162,35 @@ class TolerantDecoder:
             while pos < end:
                 first = data[pos]
                 if first & 0x80:  # indexed field
-                    index, used = decode_integer(data[pos:], 7)
-                    pos += used
+                    index, pos = _integer(data, pos, 7)
                     entry = self._lookup(index)
                     if entry is None:
                         out.malformed = True
                         return out
-                    self._emit(out, entry[0], entry[1])
+                    _emit(out, entry[3])
                 elif first & 0x40:  # literal with incremental indexing
                     name, value, pos, ok = self._literal(data, pos, 6)
                     if not ok:
                         out.malformed = True
                         return out
-                    self._add(name, value)
-                    self._emit(out, name, value)
+                    decoded = _field(name, value)
+                    self._add(name, value, decoded)
+                    _emit(out, decoded)
                 elif first & 0x20:  # dynamic table size update
-                    size, used = decode_integer(data[pos:], 5)
-                    pos += used
+                    size, pos = _integer(data, pos, 5)
                     self._resize(size)
                 else:  # literal without indexing / never indexed
                     name, value, pos, ok = self._literal(data, pos, 4)
                     if not ok:
                         out.malformed = True
                         return out
-                    self._emit(out, name, value)
+                    _emit(out, _field(name, value))
         except (HPACKDecodingError, IndexError, ValueError):
             out.malformed = True
         return out
 
-    @staticmethod
-    def _emit(out: DecodedBlock, name: bytes | None, value: bytes | None) -> None:
-        if name is None or value is None:
-            out.unknown += 1
-        else:
-            out.headers.append((name.decode("latin-1").lower(), value.decode("latin-1").strip()))
-
     def _literal(self, data: memoryview, pos: int, prefix: int) -> tuple[bytes | None, bytes | None, int, bool]:
-        index, used = decode_integer(data[pos:], prefix)
-        pos += used
+        index, pos = _integer(data, pos, prefix)
         if index:
             entry = self._lookup(index)
             if entry is None:
@@ -191,15 +202,44 @@ class TolerantDecoder:
         return name, value, pos, True
 
 
+def _emit(out: DecodedBlock, decoded: tuple[str, str] | None) -> None:
+    if decoded is None:
+        out.unknown += 1
+    else:
+        out.headers.append(decoded)
+
+
+def _integer(data: memoryview, pos: int, prefix: int) -> tuple[int, int]:
+    """The HPACK integer at ``pos`` with a ``prefix``-bit prefix, and the position after it.
+    Most fit their prefix (one byte, read here); longer ones go to hpack's decoder."""
+    mask = (1 << prefix) - 1
+    value = data[pos] & mask
+    if value < mask:
+        return value, pos + 1
+    value, used = decode_integer(data[pos:], prefix)
+    return value, pos + used
+
+
 def _string(data: memoryview, pos: int) -> tuple[bytes, int]:
     """An HPACK string literal at ``pos`` (Huffman or raw); raises on a short buffer."""
     huffman = data[pos] & 0x80
-    length, used = decode_integer(data[pos:], 7)
-    pos += used
+    length, pos = _integer(data, pos, 7)
     if pos + length > len(data):
         raise ValueError("string past the end of the block")
     # No cut: a string lies inside its block, which the session bounds (MAX_HEADER_BLOCK),
     # and its full length is what the table's size accounting needs.
-    raw = data[pos : pos + length]
-    value = decode_huffman(raw) if huffman else bytes(raw)
+    raw = bytes(data[pos : pos + length])
+    value = _huffman(raw) if huffman else raw
     return value, pos + length
+
+
+def _huffman(raw: bytes) -> bytes:
+    """``decode_huffman(raw)``, remembered (``_HUFFMAN``); raises as it does."""
+    value = _HUFFMAN.get(raw)
+    if value is None:
+        value = decode_huffman(raw)
+        if len(raw) <= _HUFFMAN_KEPT_LEN:
+            if len(_HUFFMAN) >= _HUFFMAN_KEPT:
+                _HUFFMAN.clear()
+            _HUFFMAN[raw] = value
+    return value
