@@ -64,7 +64,8 @@ def check_unread(frame: bytes | bytearray, length: int, frame_type: int, flags: 
 def read_header(data: bytes | memoryview, pos: int = 0) -> tuple[int, int, int, int]:
     """(length, type, flags, stream id) of the frame header at ``pos`` (9 bytes needed)."""
     length = (data[pos] << 16) | (data[pos + 1] << 8) | data[pos + 2]
-    stream_id = int.from_bytes(data[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
+    # byte by byte, like the length: no slice and no int.from_bytes call per frame
+    stream_id = ((data[pos + 5] & 0x7F) << 24) | (data[pos + 6] << 16) | (data[pos + 7] << 8) | data[pos + 8]
     return length, data[pos + 3], data[pos + 4], stream_id
 
 
