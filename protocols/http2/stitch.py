@@ -222,17 +222,20 @@ class Http2Session:
                 continue
             if len(buf) < fr.HEADER_LEN + length:
                 return
+            end = fr.HEADER_LEN + length
+            if (frame_type == fr.HEADERS or frame_type == fr.CONTINUATION) and stream_id and not flags & _PAD_OR_PRIORITY:
+                fragment = buf[fr.HEADER_LEN : end]  # the payload is the fragment: one copy, no frame object
+                del buf[:end]
+                self._header_fragment(direction, side, frame_type, flags, stream_id, fragment, ts_ns, out)
+                continue
             well_formed = fr.check_unread(buf, length, frame_type, flags, stream_id)
             if well_formed is not None:  # nothing in it for a span: skipped, no frame object built
-                del buf[: fr.HEADER_LEN + length]
+                del buf[:end]
                 if not well_formed:
                     self._errors += 1
                 continue
-            raw = bytes(buf[: fr.HEADER_LEN + length])
-            del buf[: fr.HEADER_LEN + length]
-            if (frame_type == fr.HEADERS or frame_type == fr.CONTINUATION) and stream_id and not flags & _PAD_OR_PRIORITY:
-                self._header_fragment(direction, side, frame_type, flags, stream_id, raw[fr.HEADER_LEN :], ts_ns, out)
-                continue
+            raw = bytes(buf[:end])
+            del buf[:end]
             self._control_frame(direction, side, raw, ts_ns, out)
 
     def _skip_missing(self, direction: Direction, side: _Side, missing: int, ts_ns: int, out: list) -> None:
@@ -267,7 +270,7 @@ class Http2Session:
             return
         frame_type = raw[3]
         if frame_type == fr.HEADERS or frame_type == fr.CONTINUATION:
-            self._header_fragment(direction, side, frame_type, raw[4], frame.stream_id, frame.data, ts_ns, out)
+            self._header_fragment(direction, side, frame_type, raw[4], frame.stream_id, bytearray(frame.data), ts_ns, out)
         elif frame_type == fr.PUSH_PROMISE:
             side.block = [frame.stream_id, raw[4], bytearray(frame.data), True]
             if raw[4] & fr.FLAG_END_HEADERS:
@@ -285,14 +288,14 @@ class Http2Session:
                     other.set_max_size(table_size)
 
     def _header_fragment(
-        self, direction: Direction, side: _Side, frame_type: int, flags: int, stream_id: int, fragment: bytes,
+        self, direction: Direction, side: _Side, frame_type: int, flags: int, stream_id: int, fragment: bytearray,
         ts_ns: int, out: list,
     ) -> None:
-        """A HEADERS or CONTINUATION frame's piece of a header block (padding and priority
-        already stripped: by hyperframe, or absent, the common case, where ``_drain`` takes the
-        payload as it is without building a frame object)."""
+        """A HEADERS or CONTINUATION frame's piece of a header block, a copy the block may keep
+        (padding and priority already stripped: by hyperframe, or absent, the common case, where
+        ``_drain`` takes the payload as it is without building a frame object)."""
         if frame_type == fr.HEADERS:
-            side.block = [stream_id, flags, bytearray(fragment), False]
+            side.block = [stream_id, flags, fragment, False]
         else:
             block = side.block
             if block is None or block[0] != stream_id:
