@@ -205,6 +205,8 @@ def request_line(exchange) -> tuple[str, str] | None:
     request = getattr(exchange, "request", None)
     if request is None:
         return None
+    if exchange.protocol == "http2":  # first: a getattr that fails raises, per stream
+        return request.header(":method") or "", request.header(":path") or ""
     method = getattr(request, "method", None)
     if method is not None:
         return method, request.target

@@ -32,7 +32,7 @@ keeps going:
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from hpack.hpack import HPACKDecodingError, decode_huffman, decode_integer
 from hpack.table import HeaderTable
@@ -64,15 +64,24 @@ _HUFFMAN_KEPT = 4096
 _HUFFMAN_KEPT_LEN = 256
 
 
-@dataclass(slots=True)
+@dataclass
 class DecodedBlock:
-    """One header block: the fields that decoded, in order, and what did not."""
+    """One header block: the fields that decoded, in order, and what did not.
 
-    headers: list[tuple[str, str]] = field(default_factory=list)
+    A dataclass over an explicit ``__init__`` and ``__slots__``, as protocols/http1/types.py
+    explains: an extension type with a C ``__init__`` when compiled (hpack_state.pxd)."""
+
+    __slots__ = ("headers", "unknown", "malformed")
+    headers: list[tuple[str, str]]
     #: Fields that referred to dynamic entries older than the agent.
-    unknown: int = 0
+    unknown: int
     #: The block was malformed (bad integer, Huffman, index 0 ...): decoding stopped there.
-    malformed: bool = False
+    malformed: bool
+
+    def __init__(self, headers=None, unknown=0, malformed=False) -> None:
+        self.headers = [] if headers is None else headers
+        self.unknown = unknown
+        self.malformed = malformed
 
 
 class TolerantDecoder:

@@ -47,7 +47,24 @@ from protocols.base import (
     SessionEvent,
     abandon,
 )
-from protocols.http2 import frames as fr
+from protocols.http2.frames import (
+    CONTINUATION,
+    DATA,
+    FLAG_ACK,
+    FLAG_END_HEADERS,
+    FLAG_END_STREAM,
+    FLAG_PADDED,
+    FLAG_PRIORITY,
+    GOAWAY,
+    HEADERS,
+    HEADER_LEN,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTINGS,
+    check_unread,
+    frames_plausible,
+    read_header,
+)
 from protocols.http2.hpack_state import TolerantDecoder
 from protocols.http2.types import PREFACE, PROTOCOL, Http2Exchange, Http2Message
 
@@ -56,7 +73,7 @@ MAX_CONTROL_FRAME = 65536
 #: Header blocks spread over CONTINUATION frames are cut at this size.
 MAX_HEADER_BLOCK = 262144
 #: HEADERS flags after which the payload is more than the header block fragment.
-_PAD_OR_PRIORITY = fr.FLAG_PADDED | fr.FLAG_PRIORITY
+_PAD_OR_PRIORITY = FLAG_PADDED | FLAG_PRIORITY
 #: After this many parse errors the session stops parsing the connection.
 MAX_PARSE_ERRORS = 64
 _REQUEST_PSEUDO = frozenset({":method", ":path", ":scheme", ":authority", ":protocol"})
@@ -161,7 +178,7 @@ class Http2Session:
     def _feed_frames(self, direction: Direction, data: bytes, ts_ns: int, missing: int, out: list) -> None:
         side = self._sides[direction]
         if side.desynced:
-            if not data or not fr.frames_plausible(bytes(data[:512]))[0]:
+            if not data or not frames_plausible(bytes(data[:512]))[0]:
                 return  # still lost: wait for a write that starts with a frame
             side.desynced = False
         side.buf += data
@@ -201,34 +218,34 @@ class Http2Session:
                 if side.data_left:
                     return
                 self._data_frame_done(direction, side, ts_ns, out)
-            if len(buf) < fr.HEADER_LEN:
+            if len(buf) < HEADER_LEN:
                 return
-            length, frame_type, flags, stream_id = fr.read_header(buf)
-            if frame_type == fr.DATA:
-                del buf[: fr.HEADER_LEN]
+            length, frame_type, flags, stream_id = read_header(buf)
+            if frame_type == DATA:
+                del buf[: HEADER_LEN]
                 side.data_left, side.data_stream, side.data_flags = length, stream_id, flags
-                if flags & fr.FLAG_PADDED:
+                if flags & FLAG_PADDED:
                     self._mark_padded(direction, stream_id)
                 if length == 0:
                     self._data_frame_done(direction, side, ts_ns, out)
                 continue
             if length > MAX_CONTROL_FRAME:
                 # Too big to buffer: skip its payload like DATA's; a lost header block untrusts HPACK.
-                del buf[: fr.HEADER_LEN]
+                del buf[: HEADER_LEN]
                 side.data_left, side.data_stream, side.data_flags = length, 0, 0
-                if frame_type in (fr.HEADERS, fr.CONTINUATION, fr.PUSH_PROMISE):
+                if frame_type in (HEADERS, CONTINUATION, PUSH_PROMISE):
                     side.decoder.forget()
                     self._errors += 1
                 continue
-            if len(buf) < fr.HEADER_LEN + length:
+            if len(buf) < HEADER_LEN + length:
                 return
-            end = fr.HEADER_LEN + length
-            if (frame_type == fr.HEADERS or frame_type == fr.CONTINUATION) and stream_id and not flags & _PAD_OR_PRIORITY:
-                fragment = buf[fr.HEADER_LEN : end]  # the payload is the fragment: one copy, no frame object
+            end = HEADER_LEN + length
+            if (frame_type == HEADERS or frame_type == CONTINUATION) and stream_id and not flags & _PAD_OR_PRIORITY:
+                fragment = buf[HEADER_LEN : end]  # the payload is the fragment: one copy, no frame object
                 del buf[:end]
                 self._header_fragment(direction, side, frame_type, flags, stream_id, fragment, ts_ns, out)
                 continue
-            well_formed = fr.check_unread(buf, length, frame_type, flags, stream_id)
+            well_formed = check_unread(buf, length, frame_type, flags, stream_id)
             if well_formed is not None:  # nothing in it for a span: skipped, no frame object built
                 del buf[:end]
                 if not well_formed:
@@ -261,25 +278,25 @@ class Http2Session:
     def _control_frame(self, direction: Direction, side: _Side, raw: bytes, ts_ns: int, out: list) -> None:
         view = memoryview(raw)
         try:
-            frame, length = Frame.parse_frame_header(view[: fr.HEADER_LEN])
-            frame.parse_body(view[fr.HEADER_LEN : fr.HEADER_LEN + length])
+            frame, length = Frame.parse_frame_header(view[: HEADER_LEN])
+            frame.parse_body(view[HEADER_LEN : HEADER_LEN + length])
         except (HyperframeError, ValueError, IndexError, KeyError):
             self._errors += 1
-            if raw[3] in (fr.HEADERS, fr.CONTINUATION, fr.PUSH_PROMISE):
+            if raw[3] in (HEADERS, CONTINUATION, PUSH_PROMISE):
                 side.decoder.forget()
             return
         frame_type = raw[3]
-        if frame_type == fr.HEADERS or frame_type == fr.CONTINUATION:
+        if frame_type == HEADERS or frame_type == CONTINUATION:
             self._header_fragment(direction, side, frame_type, raw[4], frame.stream_id, bytearray(frame.data), ts_ns, out)
-        elif frame_type == fr.PUSH_PROMISE:
+        elif frame_type == PUSH_PROMISE:
             side.block = [frame.stream_id, raw[4], bytearray(frame.data), True]
-            if raw[4] & fr.FLAG_END_HEADERS:
+            if raw[4] & FLAG_END_HEADERS:
                 self._block_done(direction, side, ts_ns, out)
-        elif frame_type == fr.RST_STREAM:
+        elif frame_type == RST_STREAM:
             self._on_reset(frame.stream_id, frame.error_code, ts_ns, out)
-        elif frame_type == fr.GOAWAY:
+        elif frame_type == GOAWAY:
             self._on_goaway(direction, frame.last_stream_id, frame.error_code, ts_ns, out)
-        elif frame_type == fr.SETTINGS and not raw[4] & fr.FLAG_ACK:
+        elif frame_type == SETTINGS and not raw[4] & FLAG_ACK:
             table_size = frame.settings.get(SettingsFrame.HEADER_TABLE_SIZE)
             if table_size is not None:
                 # The sender decodes what comes the other way: that encoder's bound.
@@ -294,7 +311,7 @@ class Http2Session:
         """A HEADERS or CONTINUATION frame's piece of a header block, a copy the block may keep
         (padding and priority already stripped: by hyperframe, or absent, the common case, where
         ``_drain`` takes the payload as it is without building a frame object)."""
-        if frame_type == fr.HEADERS:
+        if frame_type == HEADERS:
             side.block = [stream_id, flags, fragment, False]
         else:
             block = side.block
@@ -308,7 +325,7 @@ class Http2Session:
                 self._errors += 1
                 return
             block[2] += fragment
-        if flags & fr.FLAG_END_HEADERS:
+        if flags & FLAG_END_HEADERS:
             self._block_done(direction, side, ts_ns, out)
 
     # -- streams -------------------------------------------------------------------
@@ -331,7 +348,7 @@ class Http2Session:
                 self.client_direction = direction.opposite
             else:
                 return  # cannot tell yet whose block this is
-        end_stream = bool(flags & fr.FLAG_END_STREAM)
+        end_stream = bool(flags & FLAG_END_STREAM)
         if direction == self.client_direction:
             self._request_block(stream_id, decoded, names, end_stream, ts_ns, out)
         else:
@@ -411,7 +428,7 @@ class Http2Session:
                 return  # its request was never seen (opened before the agent), or it ended
         response = exchange.response
         if response is None or not response.headers and not response.unknown_fields:
-            status = next((value for name, value in decoded.headers if name == ":status"), "")
+            status = _status(decoded.headers)
             if status.startswith("1") and not end_stream:
                 return  # interim (100 Continue, 103): the final head is still to come
             response = Http2Message(
@@ -453,7 +470,7 @@ class Http2Session:
             out.append(ExchangeProgress(exchange, phase, ts_ns, chunk))
 
     def _data_frame_done(self, direction: Direction, side: _Side, ts_ns: int, out: list) -> None:
-        if not side.data_flags & fr.FLAG_END_STREAM:
+        if not side.data_flags & FLAG_END_STREAM:
             return
         exchange, message = self._message(direction, side.data_stream)
         if message is None:
@@ -603,6 +620,15 @@ class _Upgrade:
             return False
         self.response_rest = bytes(self.response_buf[head_end + 4 :])
         return True
+
+
+def _status(headers: list) -> str:
+    """The ``:status`` of a response head ("" when absent); a loop, not a generator
+    (a generator object per response block)."""
+    for name, value in headers:
+        if name == ":status":
+            return value
+    return ""
 
 
 def _count_grpc(message: Http2Message, size: int, chunk: bytes | None) -> None:
