@@ -169,6 +169,31 @@ def test_busy_record_blocks_later_committed_ones(ringbuf):
         ring.close()
 
 
+def test_skip_consumes_what_drain_would_return_without_copying_it(ringbuf):
+    """--discard-events: the same records pass (discarded ones not counted, a busy one
+    stops it), the space is released, and a drain after it starts where it stopped."""
+    ring = FakeRing(PAGE)
+    reader = ringbuf.RingBufReader(ring.fd, data_size=PAGE)
+    try:
+        ring.reserve(b"a" * 100)
+        ring.reserve(b"gone", discard=True)
+        ring.reserve(b"b" * 7)
+        held = ring.reserve(b"held", busy=True)
+        ring.reserve(b"after")
+        assert reader.skip() == 2
+        assert ring.cons == held
+        assert reader.skip() == 0
+        ring.commit(held)
+        ring.reserve(b"c" * 3000)  # wraps the one-page ring
+        assert reader.skip() == 3
+        assert ring.cons == ring.prod and reader.pending_bytes() == 0
+        ring.reserve(b"next")
+        assert reader.drain() == [b"next"]
+    finally:
+        reader.close()
+        ring.close()
+
+
 def test_rejects_a_size_that_is_not_a_power_of_two_pages(ringbuf):
     ring = FakeRing(PAGE)
     try:

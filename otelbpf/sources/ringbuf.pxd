@@ -43,7 +43,10 @@ cdef class RingBufReader:
     cdef inline unsigned int _load_len(self, unsigned long long offset) noexcept
     cdef inline bytes _copy(self, unsigned long long offset, unsigned int length)
 
-    @cy.locals(out=list, busy=cy.uint, discard=cy.uint, hdr=cy.uint, mask=cy.ulonglong,
+    @cy.locals(out=list)
+    cpdef list drain(self)
+    cpdef Py_ssize_t skip(self) except -1
+    @cy.locals(busy=cy.uint, discard=cy.uint, hdr=cy.uint, mask=cy.ulonglong, records=Py_ssize_t,
                cons=cy.ulonglong, released=cy.ulonglong, prod=cy.ulonglong,
                header=cy.uint, length=cy.uint)
-    cpdef list drain(self)
+    cdef Py_ssize_t _consume(self, list out) except -1

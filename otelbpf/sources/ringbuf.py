@@ -161,13 +161,27 @@ class RingBufReader:
         The producer position is read once per call, so one call reads at most one
         ring's worth; what is reserved after that is read by the next call.
         """
+        out = []
+        self._consume(out)
+        return out
+
+    def skip(self) -> int:
+        """Consume what :meth:`drain` would return without copying it; how many records.
+
+        For ``otelbpf run --discard-events``: the kernel capture's cost with a consumer
+        that keeps up, and no per-record work of its own in the traced app's way."""
+        return self._consume(None)
+
+    def _consume(self, out: list | None) -> int:
+        """The consumer loop: appends each committed record to ``out`` (None: copies
+        nothing), releases the space, returns how many records it passed."""
         if not self._viewing and (self._prod_map is None or self._prod_map.closed):
             raise ValueError("ring buffer reader is closed")
-        out = []
         busy = BPF_RINGBUF_BUSY_BIT
         discard = BPF_RINGBUF_DISCARD_BIT
         hdr = BPF_RINGBUF_HDR_SZ
         mask = self._mask
+        records = 0
         cons = self._load_consumer()
         released = cons
         prod = self._load_producer()
@@ -177,14 +191,16 @@ class RingBufReader:
                 break
             length = header & ~(busy | discard)
             if not header & discard:
-                out.append(self._copy((cons & mask) + hdr, length))
+                records += 1
+                if out is not None:
+                    out.append(self._copy((cons & mask) + hdr, length))
             cons += (length + hdr + 7) & ~7
             if cons - released >= self._release_bytes:
                 self._store_consumer(cons)
                 released = cons
         if cons != released:
             self._store_consumer(cons)
-        return out
+        return records
 
     def pending_bytes(self) -> int:
         """Bytes reserved by producers and not yet consumed (committed or not)."""
