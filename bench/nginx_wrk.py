@@ -1002,7 +1002,7 @@ class Bench:
         "on": ("nginx", "server", False, "agent tracing nginx, on nginx's core"),
         "own": ("nginx", "own", False, "agent tracing nginx, on its own core"),
         "kstop": ("nginx", "server", True, "agent tracing nginx but SIGSTOPped once attached: the kernel captures, user space reads nothing (ring buffer full, then every record dropped)"),
-        "drop": ("nginx", "server", False, "agent tracing nginx with --discard-events, on nginx's core: the kernel captures every record, user space reads and drops it undecoded"),
+        "drop": ("nginx", "server", False, "agent tracing nginx with --discard-events, on nginx's core: the kernel captures every record, user space consumes it from the ring uncopied and undecoded"),
     }
     #: extra `otelbpf run` options per mode (an agent without them fails the window with its usage error)
     MODE_AGENT_ARGS = {"drop": ["--discard-events"]}

@@ -25,7 +25,24 @@ import os
 from collections import OrderedDict
 from typing import Hashable
 
-from otelbpf import semconv as sc
+from otelbpf.semconv import (
+    ERROR_TYPE,
+    GRPC_SERVER_ERROR_STATUSES,
+    GRPC_STATUS_NAMES,
+    OTELBPF_RPC_METHOD_SOURCE,
+    OTELBPF_RPC_REQUEST_MESSAGES,
+    OTELBPF_RPC_RESPONSE_MESSAGES,
+    RPC_GRPC_STATUS_CODE_OLD,
+    RPC_METHOD,
+    RPC_OTHER_METHOD,
+    RPC_RESPONSE_STATUS_CODE,
+    RPC_SERVICE_OLD,
+    RPC_SYSTEM_GRPC,
+    RPC_SYSTEM_NAME,
+    RPC_SYSTEM_OLD,
+    SEMCONV_OPT_IN_ENV,
+    SEMCONV_OPT_IN_RPC_DUP,
+)
 from otelbpf.model import AttributeValue, SpanKind, StatusCode
 from protocols.http2.types import Http2Exchange
 
@@ -34,8 +51,8 @@ GRPC_CONTENT_TYPE = "application/grpc"
 
 def emit_deprecated_names(environ=os.environ) -> bool:
     """Whether ``OTEL_SEMCONV_STABILITY_OPT_IN`` lists ``rpc/dup``."""
-    values = environ.get(sc.SEMCONV_OPT_IN_ENV, "")
-    return sc.SEMCONV_OPT_IN_RPC_DUP in {value.strip() for value in values.split(",")}
+    values = environ.get(SEMCONV_OPT_IN_ENV, "")
+    return SEMCONV_OPT_IN_RPC_DUP in {value.strip() for value in values.split(",")}
 
 
 def is_grpc(exchange: Http2Exchange) -> bool:
@@ -61,7 +78,7 @@ def status_name(code: str | None) -> str | None:
     if code is None or not code.strip().isdigit():
         return None
     number = int(code)
-    return sc.GRPC_STATUS_NAMES[number] if number < len(sc.GRPC_STATUS_NAMES) else str(number)
+    return GRPC_STATUS_NAMES[number] if number < len(GRPC_STATUS_NAMES) else str(number)
 
 
 class PeerMethods:
@@ -99,7 +116,7 @@ def grpc_attributes(
     """Add the RPC attributes; return the span name and status. ``stream_key``
     (the same from both ends of the stream) shares methods through ``peer_methods``."""
     path = exchange.request.header(":path")
-    attrs[sc.RPC_SYSTEM_NAME] = sc.RPC_SYSTEM_GRPC
+    attrs[RPC_SYSTEM_NAME] = RPC_SYSTEM_GRPC
     source = "header"
     if path and peer_methods is not None and stream_key is not None:
         peer_methods.remember(stream_key, path)
@@ -108,32 +125,32 @@ def grpc_attributes(
         source = "peer"
     if path:
         method = path[1:] if path.startswith("/") else path
-        attrs[sc.RPC_METHOD] = method
-        attrs[sc.OTELBPF_RPC_METHOD_SOURCE] = source
+        attrs[RPC_METHOD] = method
+        attrs[OTELBPF_RPC_METHOD_SOURCE] = source
         name = method
     else:
         method = ""
-        attrs[sc.RPC_METHOD] = sc.RPC_OTHER_METHOD
-        attrs[sc.OTELBPF_RPC_METHOD_SOURCE] = "unknown"
-        name = sc.RPC_SYSTEM_GRPC
+        attrs[RPC_METHOD] = RPC_OTHER_METHOD
+        attrs[OTELBPF_RPC_METHOD_SOURCE] = "unknown"
+        name = RPC_SYSTEM_GRPC
     response = exchange.response
     code = response.header("grpc-status") if response is not None else None
     status = status_name(code)
     result = StatusCode.UNSET
     if status is not None:
-        attrs[sc.RPC_RESPONSE_STATUS_CODE] = status
-        is_error = status != "OK" if kind == SpanKind.CLIENT else status in sc.GRPC_SERVER_ERROR_STATUSES
+        attrs[RPC_RESPONSE_STATUS_CODE] = status
+        is_error = status != "OK" if kind == SpanKind.CLIENT else status in GRPC_SERVER_ERROR_STATUSES
         if is_error:
-            attrs[sc.ERROR_TYPE] = status
+            attrs[ERROR_TYPE] = status
             result = StatusCode.ERROR
     if exchange.request.grpc_messages is not None:
-        attrs[sc.OTELBPF_RPC_REQUEST_MESSAGES] = exchange.request.grpc_messages
+        attrs[OTELBPF_RPC_REQUEST_MESSAGES] = exchange.request.grpc_messages
     if response is not None and response.grpc_messages is not None:
-        attrs[sc.OTELBPF_RPC_RESPONSE_MESSAGES] = response.grpc_messages
+        attrs[OTELBPF_RPC_RESPONSE_MESSAGES] = response.grpc_messages
     if dup:
-        attrs[sc.RPC_SYSTEM_OLD] = sc.RPC_SYSTEM_GRPC
+        attrs[RPC_SYSTEM_OLD] = RPC_SYSTEM_GRPC
         if "/" in method:
-            attrs[sc.RPC_SERVICE_OLD] = method.rsplit("/", 1)[0]
+            attrs[RPC_SERVICE_OLD] = method.rsplit("/", 1)[0]
         if code is not None and code.strip().isdigit():
-            attrs[sc.RPC_GRPC_STATUS_CODE_OLD] = int(code)
+            attrs[RPC_GRPC_STATUS_CODE_OLD] = int(code)
     return name, result

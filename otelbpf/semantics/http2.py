@@ -11,7 +11,28 @@ when some header field referred to an HPACK entry older than the agent
 
 from __future__ import annotations
 
-from otelbpf import semconv as sc
+from otelbpf.semconv import (
+    CLIENT_ADDRESS,
+    CLIENT_PORT,
+    HTTP_KNOWN_METHODS,
+    HTTP_OTHER_METHOD,
+    HTTP_REQUEST_METHOD,
+    HTTP_REQUEST_METHOD_ORIGINAL,
+    HTTP_RESPONSE_BODY_SIZE,
+    HTTP_ROUTE,
+    NETWORK_PROTOCOL_NAME,
+    NETWORK_PROTOCOL_VERSION,
+    OTELBPF_HTTP2_HPACK_INCOMPLETE,
+    OTELBPF_HTTP2_RESET_CODE,
+    OTELBPF_HTTP2_UPGRADED,
+    OTELBPF_PAYLOAD_TRUNCATED,
+    SERVER_ADDRESS,
+    SERVER_PORT,
+    URL_FULL,
+    URL_PATH,
+    URL_QUERY,
+    URL_SCHEME,
+)
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
 from otelbpf.semantics.common import (
@@ -47,8 +68,8 @@ class Http2Semantics:
         request, response = exchange.request, exchange.response
         server = start.kind == SpanKind.SERVER
         attrs: dict[str, AttributeValue] = {}
-        attrs[sc.NETWORK_PROTOCOL_NAME] = "http"
-        attrs[sc.NETWORK_PROTOCOL_VERSION] = "2"
+        attrs[NETWORK_PROTOCOL_NAME] = "http"
+        attrs[NETWORK_PROTOCOL_VERSION] = "2"
         network_transport(conn, attrs)
         authority = request.header(":authority") or ""
         default_port = conn.local_port if server else conn.peer_port
@@ -56,30 +77,30 @@ class Http2Semantics:
             (conn.local_addr, conn.local_port) if server else (conn.peer_addr, conn.peer_port)
         )
         if host:
-            attrs[sc.SERVER_ADDRESS] = host
+            attrs[SERVER_ADDRESS] = host
         if port:
-            attrs[sc.SERVER_PORT] = port
+            attrs[SERVER_PORT] = port
         if server and conn.peer_addr:
-            attrs[sc.CLIENT_ADDRESS] = conn.peer_addr
-            attrs[sc.CLIENT_PORT] = conn.peer_port
+            attrs[CLIENT_ADDRESS] = conn.peer_addr
+            attrs[CLIENT_PORT] = conn.peer_port
         peer_attributes(conn, attrs)
         if is_grpc(exchange):
             pair = pair_key(conn, start.kind)
             stream_key = (pair, exchange.stream_id) if pair is not None else None
             name, status = grpc_attributes(exchange, start.kind, attrs, self.rpc_dup, self.peer_methods, stream_key)
         else:
-            name, status = self._http_attributes(exchange, server, authority, options, attrs)
+            name, status = Http2Semantics._http_attributes(exchange, server, authority, options, attrs)
             genai = self.genai
             if genai is not None:
                 name = genai.annotate(exchange, attrs) or name
         if exchange.hpack_incomplete:
-            attrs[sc.OTELBPF_HTTP2_HPACK_INCOMPLETE] = True
+            attrs[OTELBPF_HTTP2_HPACK_INCOMPLETE] = True
         if exchange.upgraded:
-            attrs[sc.OTELBPF_HTTP2_UPGRADED] = True
+            attrs[OTELBPF_HTTP2_UPGRADED] = True
         if exchange.reset_code is not None:
-            attrs[sc.OTELBPF_HTTP2_RESET_CODE] = exchange.reset_code
+            attrs[OTELBPF_HTTP2_RESET_CODE] = exchange.reset_code
         if request.body_truncated or (response is not None and response.body_truncated):
-            attrs[sc.OTELBPF_PAYLOAD_TRUNCATED] = True
+            attrs[OTELBPF_PAYLOAD_TRUNCATED] = True
         answered = response is not None and response.ended
         outcome_code, message = outcome_status(exchange, answered, attrs)
         if outcome_code is StatusCode.ERROR:
@@ -90,10 +111,10 @@ class Http2Semantics:
     def _http_attributes(exchange, server: bool, authority: str, options, attrs) -> tuple[str, StatusCode]:
         request, response = exchange.request, exchange.response
         raw_method = request.header(":method")
-        method = raw_method if raw_method in sc.HTTP_KNOWN_METHODS else sc.HTTP_OTHER_METHOD
-        attrs[sc.HTTP_REQUEST_METHOD] = method
-        if raw_method and method == sc.HTTP_OTHER_METHOD:
-            attrs[sc.HTTP_REQUEST_METHOD_ORIGINAL] = raw_method
+        method = raw_method if raw_method in HTTP_KNOWN_METHODS else HTTP_OTHER_METHOD
+        attrs[HTTP_REQUEST_METHOD] = method
+        if raw_method and method == HTTP_OTHER_METHOD:
+            attrs[HTTP_REQUEST_METHOD_ORIGINAL] = raw_method
         path, query = split_target(request.header(":path") or "")
         scheme = request.header(":scheme") or "http"
         http_request_extras(request.header("user-agent"), request.body_size, attrs)
@@ -102,24 +123,24 @@ class Http2Semantics:
         if code is not None and code.isdigit():
             status = http_response_status(int(code), server, attrs)
         if response is not None and response.body_size:
-            attrs[sc.HTTP_RESPONSE_BODY_SIZE] = response.body_size
-        label = method if method != sc.HTTP_OTHER_METHOD else "HTTP"
+            attrs[HTTP_RESPONSE_BODY_SIZE] = response.body_size
+        label = method if method != HTTP_OTHER_METHOD else "HTTP"
         if server:
-            attrs[sc.URL_SCHEME] = scheme
+            attrs[URL_SCHEME] = scheme
             if request.header(":path") is not None:
                 route = derive_route(path)
-                attrs[sc.URL_PATH] = path
-                attrs[sc.HTTP_ROUTE] = route
+                attrs[URL_PATH] = path
+                attrs[HTTP_ROUTE] = route
                 if options.include_query and query:
-                    attrs[sc.URL_QUERY] = query
-                if method != sc.HTTP_OTHER_METHOD:
+                    attrs[URL_QUERY] = query
+                if method != HTTP_OTHER_METHOD:
                     label = f"{method} {route}"
             return label, status
         if request.header(":path") is not None:
             full = f"{scheme}://{authority}{path}"
             if options.include_query and query:
                 full += f"?{query}"
-            attrs[sc.URL_FULL] = full
+            attrs[URL_FULL] = full
         return label, status
 
 
