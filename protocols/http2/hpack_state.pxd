@@ -19,6 +19,10 @@ cdef class TolerantDecoder:
     cdef object _entries
     cdef object _size
     cdef public object recoveries
+    cdef dict _memo
+    cdef Py_ssize_t _changes
+
+    cdef void _changed(self) except *
 
     cpdef void forget(self) except *
     cpdef void set_max_size(self, size) except *
@@ -28,12 +32,15 @@ cdef class TolerantDecoder:
     cdef void _resize(self, size) except *
     cdef void _check_filled(self) except *
     cdef void _trust(self) except *
-    @cy.locals(out=DecodedBlock, pos=Py_ssize_t, end=Py_ssize_t, first=int, entry=tuple)
+    @cy.locals(memo=dict, known=tuple, changes=Py_ssize_t, out=DecodedBlock)
     cpdef DecodedBlock decode(self, block)
+    @cy.locals(out=DecodedBlock, pos=Py_ssize_t, end=Py_ssize_t, first=int, entry=tuple)
+    cdef DecodedBlock _decode(self, block)
     @cy.locals(entry=tuple)
     cdef tuple _literal(self, data, Py_ssize_t pos, int prefix)
 
 
+cpdef tuple _field(name, value)
 cdef void _emit(DecodedBlock out, decoded) except *
 cdef tuple _integer(data, Py_ssize_t pos, int prefix)
 @cy.locals(length=object)

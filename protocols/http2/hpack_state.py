@@ -55,6 +55,9 @@ def _field(name: bytes | None, value: bytes | None) -> tuple[str, str] | None:
 #: entry is made, not each time a block refers to it; an unknown entry's parts are None.
 _STATIC_ENTRIES = tuple((name, value, 0, _field(name, value)) for name, value in STATIC_TABLE)
 _UNKNOWN_ENTRY: tuple[None, None, int, None] = (None, None, 0, None)
+#: Blocks remembered per decoder, and the longest remembered (see TolerantDecoder.decode).
+_MEMO_BLOCKS = 4
+_MEMO_BLOCK_LEN = 512
 
 #: Huffman-coded strings already decoded (``decode_huffman`` is pure Python and costs
 #: ~1 us per few bytes): header values repeat from request to request. Bounded like the
@@ -99,17 +102,30 @@ class TolerantDecoder:
         self._size = 0
         #: How many times trust came back (a test and a self-metric can read it).
         self.recoveries = 0
+        #: Blocks that changed nothing in the table, by their bytes -> the fields they
+        #: decoded to. Valid while the table stays as it is: emptied by every change.
+        self._memo: dict[bytes, tuple[tuple[str, str], ...]] = {}
+        #: Table changes so far (insertions, size updates, forgetting).
+        self._changes = 0
+
+    def _changed(self) -> None:
+        """The table changed: what a remembered block decodes to may differ now."""
+        self._changes += 1
+        if self._memo:
+            self._memo.clear()
 
     # -- table ---------------------------------------------------------------
 
     def forget(self) -> None:
         """Bytes of this direction were lost: positions can no longer be trusted."""
+        self._changed()
         self._entries.clear()
         self._size = 0
         self.complete = False
 
     def set_max_size(self, size: int) -> None:
         """SETTINGS_HEADER_TABLE_SIZE from the peer (the bound the encoder works under)."""
+        self._changed()
         self.max_size = size
         self._evict()
         self._check_filled()
@@ -130,6 +146,7 @@ class TolerantDecoder:
         return _UNKNOWN_ENTRY
 
     def _add(self, name: bytes | None, value: bytes | None, decoded: tuple[str, str] | None) -> None:
+        self._changed()
         size = len(name or b"") + len(value or b"") + ENTRY_OVERHEAD
         if size > self.max_size:
             self._entries.clear()
@@ -146,6 +163,7 @@ class TolerantDecoder:
             self._size -= self._entries.pop()[2]
 
     def _resize(self, size: int) -> None:
+        self._changed()
         self.max_size = size
         self._evict()
         self._check_filled()
@@ -162,7 +180,33 @@ class TolerantDecoder:
     # -- decoding -----------------------------------------------------------
 
     def decode(self, block: bytes) -> DecodedBlock:
-        """Decode one complete header block (HEADERS + CONTINUATION payloads). Never raises."""
+        """Decode one complete header block (HEADERS + CONTINUATION payloads). Never raises.
+
+        A block that changes nothing in the table (only references and literals not
+        indexed) and decodes whole is remembered by its bytes until the table next
+        changes: a connection's requests and responses repeat the same few blocks once
+        their fields are indexed (gRPC's, call after call), and each is then decoded once.
+        """
+        memo = self._memo
+        if memo and type(block) is bytes:
+            known = memo.get(block)
+            if known is not None:
+                return DecodedBlock(list(known))
+        changes = self._changes
+        out = self._decode(block)
+        if (
+            changes == self._changes
+            and not out.unknown
+            and not out.malformed
+            and type(block) is bytes
+            and len(block) <= _MEMO_BLOCK_LEN
+        ):
+            if len(memo) >= _MEMO_BLOCKS:
+                memo.clear()
+            memo[block] = tuple(out.headers)
+        return out
+
+    def _decode(self, block: bytes) -> DecodedBlock:
         out = DecodedBlock()
         data = memoryview(block)
         pos = 0

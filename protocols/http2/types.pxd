@@ -17,6 +17,9 @@ cdef class Http2Message:
     cdef public object grpc_prefix
     cdef public object grpc_left
 
+    # typed callers (the HTTP/2 and gRPC semantics) call it as a C method
+    cpdef object header(self, str name)
+
 
 cdef class Http2Exchange:
     cdef public object stream_id

@@ -121,3 +121,28 @@ def test_tolerant_decoder_agrees_with_hpack_and_never_lies_when_late(blocks, tab
                 assert any(field == truth for truth in expected_iter)
             if trusted:
                 assert decoded.headers == expected and decoded.unknown == 0
+
+
+_REPEATED_HEADER = st.tuples(st.sampled_from([":path", "x-tenant", "grpc-timeout"]), st.sampled_from(["a", "bb", "/c"]))
+
+
+@FUZZ
+@given(st.lists(st.lists(_REPEATED_HEADER, min_size=1, max_size=3), min_size=2, max_size=40),
+       st.sampled_from([64, 256, 4096]), st.lists(st.integers(0, 39), max_size=3))
+def test_tolerant_decoder_agrees_with_hpack_on_blocks_that_repeat(blocks, table_size, resizes):
+    """Few distinct fields: the same block bytes recur (decoded once, then remembered)
+    between insertions, evictions and size updates that move what they refer to."""
+    from hpack import Decoder, Encoder
+
+    from protocols.http2.hpack_state import TolerantDecoder
+
+    encoder, reference, decoder = Encoder(), Decoder(), TolerantDecoder()
+    encoder.header_table_size = table_size
+    for index, headers in enumerate(blocks):
+        if index in resizes:
+            encoder.header_table_size = 64 if encoder.header_table_size != 64 else table_size
+        block = encoder.encode(headers)
+        expected = [(str(n), str(v)) for n, v in reference.decode(block)]
+        decoded = decoder.decode(block)
+        assert (decoded.headers, decoded.unknown, decoded.malformed) == (expected, 0, False)
+

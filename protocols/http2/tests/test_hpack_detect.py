@@ -20,6 +20,34 @@ def test_fresh_decoder_matches_hpack():
         assert block.headers == headers and block.unknown == 0 and not block.malformed
 
 
+def test_a_repeated_block_is_decoded_against_the_table_as_it_is_now():
+    """Decoded blocks are remembered by their bytes (gRPC repeats the same ones): the
+    same bytes after an insertion refer to other entries, and must decode as hpack does."""
+    from hpack import Decoder
+
+    encoder, reference, decoder = Encoder(), Decoder(), TolerantDecoder()
+
+    def both(block: bytes) -> list[tuple[str, str]]:
+        expected = [(str(n), str(v)) for n, v in reference.decode(block)]
+        got = decoder.decode(block)
+        assert got.headers == expected and got.unknown == 0 and not got.malformed
+        return got.headers
+
+    call = [(":method", "POST"), (":path", "/pkg.Svc/Get"), ("x-tenant", "a")]
+    both(encoder.encode(call))  # inserts: not remembered
+    repeated = encoder.encode(call)  # references only, the same bytes every call from now
+    assert repeated == encoder.encode(call)
+    assert both(repeated) == call and both(repeated) == call
+    first = both(repeated)
+    first.append(("x-mutated", "by a consumer"))  # the caller's list is its own
+    assert both(repeated) == call
+    both(encoder.encode([("x-tenant", "b")]))  # a new entry: the old ones move one index down
+    assert both(repeated) != call  # as hpack reads it now, not as remembered
+    decoder.set_max_size(0)  # the table emptied: the remembered decode must not answer
+    after = decoder.decode(repeated)
+    assert after.headers == [(":method", "POST")] and after.unknown == 2
+
+
 def test_late_decoder_reports_unknown_then_trusts_after_size_update_zero():
     encoder = Encoder()
     encoder.encode([("x-old", "value")])  # inserted before the agent joined
