@@ -55,9 +55,10 @@ def _field(name: bytes | None, value: bytes | None) -> tuple[str, str] | None:
 #: entry is made, not each time a block refers to it; an unknown entry's parts are None.
 _STATIC_ENTRIES = tuple((name, value, 0, _field(name, value)) for name, value in STATIC_TABLE)
 _UNKNOWN_ENTRY: tuple[None, None, int, None] = (None, None, 0, None)
-#: Blocks remembered per decoder, and the longest remembered (see TolerantDecoder.decode).
+#: Blocks remembered per decoder, and the longest remembered (see TolerantDecoder.decode):
+#: at most 1 KiB of keys per direction, a quarter of the default table it stands for.
 _MEMO_BLOCKS = 4
-_MEMO_BLOCK_LEN = 512
+_MEMO_BLOCK_LEN = 256
 
 #: Huffman-coded strings already decoded (``decode_huffman`` is pure Python and costs
 #: ~1 us per few bytes): header values repeat from request to request. Bounded like the
