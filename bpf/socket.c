@@ -5,10 +5,12 @@
  * bytes are in (recv) or taken from (send) the user buffer. Hooked as raw
  * tracepoints (SOCK_RAW_TP): TP_PROTO(struct sock *sk, int ret, int flags),
  * no trace record built, so an untraced process pays only the filter, which
- * runs first; a traced one then reads sk->__sk_common.skc_family and
- * sk->sk_protocol at offsets user space found in the running kernel's BTF
- * (-DSK_FAMILY_OFF, -DSK_PROTOCOL_OFF/SIZE; otelbpf/sources/btf.py, checked
- * on live sockets at start by sk_offsets_check), never by header layout.
+ * runs first; a traced one's first event on a socket then reads
+ * sk->__sk_common.skc_family and sk->sk_protocol at offsets user space found
+ * in the running kernel's BTF (-DSK_FAMILY_OFF, -DSK_PROTOCOL_OFF/SIZE;
+ * otelbpf/sources/btf.py, checked on live sockets at start by
+ * sk_offsets_check), never by header layout, and keeps them in the
+ * connection's entry (conns) for the events after it.
  * Without BTF offsets (or OTELBPF_SOCK_TRACEPOINTS=classic) the classic
  * sock:sock_*_length tracepoints, whose record carries family and protocol,
  * do the same at ~3% of host-wide socket throughput (bench/probe_tax.py).
@@ -84,6 +86,10 @@ struct conn_val {
     __u64 peer_sk;
     __u8 role;
     __u8 muted; /* bit (1 << source) set by user space: stop copying that source */
+    /* The socket's family and protocol, kept so that the next events of the
+     * connection need not read them from struct sock (raw tracepoints). */
+    __u16 family;
+    __u8 protocol;
     /* When its TCP socket reached TCP_CLOSE (close sent then), 0 while open.
      * A send or receive already under way when the socket closed (a write
      * whose own segment drew the peer's RST) still lands here, stamped just
@@ -307,11 +313,11 @@ static __always_inline void emit_conn_info(__u64 id, struct sock_io *io, __u64 c
 }
 
 /* The connection id for (tgid, fd), announcing the connection the first
- * time it carries data; 0 when user space muted it for socket capture. */
-static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
+ * time it carries data; 0 when user space muted it for socket capture.
+ * `known`: conns' entry for (tgid, fd), looked up by the caller (or 0). */
+static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, struct conn_val *known)
 {
     struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
-    struct conn_val *known = conns.lookup(&key);
     __u8 role = ROLE_UNKNOWN;
     if (known && known->conn_id && known->sk == io->sk && known->closed_ts) {
         /* Its socket closed. The same sock again is either a syscall that was
@@ -347,12 +353,20 @@ static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
     fresh.sk = io->sk;
     fresh.peer_sk = io->peer_sk;
     fresh.role = role;
+    fresh.family = io->family;
+    fresh.protocol = io->protocol;
     conns.update(&key, &fresh);
     if (io->protocol == MY_IPPROTO_TCP)
         sk_owner.update(&io->sk, &key);
     emit_conn_info(id, io, fresh.conn_id, role, EV_CONN_OPEN);
     tls_saw_socket_io(id, io, fresh.conn_id);
     return fresh.conn_id;
+}
+
+static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
+{
+    struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
+    return connection_known(id, io, conns.lookup(&key));
 }
 
 /* ---- copying payloads ---- */
@@ -463,11 +477,11 @@ static __always_inline void fill_hdr(struct event_hdr *hdr, __u64 id, struct soc
     hdr->task_id = current_task_id(io->uses, (__u32)id);
 }
 
-static __always_inline int emit_stream(__u64 id, struct sock_io *io)
+static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn_val *known)
 {
     if (io->family != MY_AF_UNIX)
         io->peer_sk = 0; /* a TCP receiver woken on loopback is not a pairing */
-    __u64 conn_id = connection_for(id, io);
+    __u64 conn_id = connection_known(id, io, known);
     if (!conn_id)
         return 0;
     __u64 wanted = io->total < CAPTURE_BYTES ? io->total : CAPTURE_BYTES;
@@ -583,20 +597,62 @@ static __always_inline int on_unix_eof(__u64 id)
     return 0;
 }
 
-/* One socket call of a traced process (id: its pid_tgid) moved ret bytes. */
-static __always_inline int on_traced_sock_length(__u64 id, __u64 sk, __u16 family, __u16 protocol, int ret, int rflags, __u8 direction)
+#if SOCK_RAW_TP
+/* Raw tracepoints pass only the sock pointer: read sk->__sk_common.skc_family
+ * and sk->sk_protocol at the offsets user space found in the running kernel's
+ * BTF (otelbpf/sources/btf.py). */
+#if !defined(SK_FAMILY_OFF) || !defined(SK_PROTOCOL_OFF) || !defined(SK_PROTOCOL_SIZE)
+#error "SK_* offsets missing: otelbpf.sources.ebpf passes them (from /sys/kernel/btf/vmlinux)"
+#endif
+static __always_inline void read_sock_class(__u64 sk, __u16 *family, __u16 *protocol)
 {
-    if (ret == 0 && direction == DIR_INGRESS && family == MY_AF_UNIX && !(rflags & MY_MSG_PEEK))
-        return on_unix_eof(id);
-    if (ret <= 0)
+    bpf_probe_read_kernel(family, sizeof(*family), (void *)(sk + SK_FAMILY_OFF));
+    /* little-endian: a 1-byte field lands in the low byte */
+    bpf_probe_read_kernel(protocol, SK_PROTOCOL_SIZE, (void *)(sk + SK_PROTOCOL_OFF));
+}
+#endif
+
+/* One socket call of a traced process (id: its pid_tgid) moved ret bytes.
+ * `has_class`: family and protocol came with the tracepoint (classic); else
+ * (raw) they are taken from the connection's entry when it is this socket's,
+ * and read from struct sock only for a socket not seen yet: the connection is
+ * looked up first (by the fd in the syscall's registers), which the event
+ * needs anyway. */
+static __always_inline int on_traced_sock_length(__u64 id, __u64 sk, __u16 family, __u16 protocol, int ret, int rflags,
+                                                 __u8 direction, int has_class)
+{
+    if (ret == 0) {
+        /* a read returning 0 on a Unix stream: the peer closed it */
+        if (direction != DIR_INGRESS || (rflags & MY_MSG_PEEK))
+            return 0;
+#if SOCK_RAW_TP
+        if (!has_class)
+            read_sock_class(sk, &family, &protocol);
+#endif
+        return family == MY_AF_UNIX ? on_unix_eof(id) : 0;
+    }
+    if (ret < 0)
         return 0;
     if (direction == DIR_INGRESS && (rflags & MY_MSG_PEEK)) /* will be read again */
         return 0;
+    void *regs = current_user_regs();
+    long nr = current_syscall_nr(regs);
+    int fd = nr == __NR_splice ? (int)syscall_arg(regs, 2) : (int)syscall_arg(regs, 0); /* splice: fd_out */
+    struct conn_key key = {.tgid = id >> 32, .fd = fd};
+    struct conn_val *known = conns.lookup(&key);
+    if (!has_class) {
+        if (known && known->sk == sk && known->family && !known->closed_ts) {
+            family = known->family;
+            protocol = known->protocol;
+        } else {
+#if SOCK_RAW_TP
+            read_sock_class(sk, &family, &protocol);
+#endif
+        }
+    }
     __u8 cls = socket_class(family, protocol);
     if (!cls)
         return 0;
-    void *regs = current_user_regs();
-    long nr = current_syscall_nr(regs);
 
     struct sock_io io = {};
     io.ts = bpf_ktime_get_ns();
@@ -605,7 +661,7 @@ static __always_inline int on_traced_sock_length(__u64 id, __u64 sk, __u16 famil
     io.protocol = (__u8)protocol;
     io.direction = direction;
     io.total = (__u32)ret;
-    io.fd = (int)syscall_arg(regs, 0);
+    io.fd = fd;
     io.uses = process_uses(id >> 32);
     __u64 vec = 0;
     int deferred = 0; /* UDP receive with a sender address: at the exit */
@@ -676,8 +732,7 @@ static __always_inline int on_traced_sock_length(__u64 id, __u64 sk, __u16 famil
             io.kind = IO_SENDFILE;
             break;
         case __NR_splice:
-            io.kind = IO_SENDFILE;
-            io.fd = (int)syscall_arg(regs, 2); /* fd_out */
+            io.kind = IO_SENDFILE; /* io.fd is fd_out (above) */
             break;
         default:
             return 0;
@@ -697,7 +752,7 @@ static __always_inline int on_traced_sock_length(__u64 id, __u64 sk, __u16 famil
 #endif
     }
     if (cls == SK_STREAM)
-        return emit_stream(id, &io);
+        return emit_stream(id, &io, known);
     if (deferred) {
         /* The sender's address reaches user memory after sock_recvmsg
          * returns: keep this datagram for the syscall's exit. recvmmsg fires
@@ -726,17 +781,13 @@ static __always_inline int on_sock_length(__u64 sk, __u16 family, __u16 protocol
     __u64 id = bpf_get_current_pid_tgid();
     if (!is_traced(id >> 32))
         return 0;
-    return on_traced_sock_length(id, sk, family, protocol, ret, rflags, direction);
+    return on_traced_sock_length(id, sk, family, protocol, ret, rflags, direction, 1);
 }
 
 #if SOCK_RAW_TP
 /* Raw tracepoints: TP_PROTO(struct sock *sk, int ret, int flags), nothing
  * copied before the program runs. Filter first; only a traced process's
- * call reads sk->sk_family and sk->sk_protocol, at the offsets user space
- * found in the running kernel's BTF (otelbpf/sources/btf.py). */
-#if !defined(SK_FAMILY_OFF) || !defined(SK_PROTOCOL_OFF) || !defined(SK_PROTOCOL_SIZE)
-#error "SK_* offsets missing: otelbpf.sources.ebpf passes them (from /sys/kernel/btf/vmlinux)"
-#endif
+ * call gets to the socket's family and protocol (on_traced_sock_length). */
 
 static __always_inline int sock_length_raw(struct bpf_raw_tracepoint_args *ctx, __u8 direction)
 {
@@ -748,12 +799,7 @@ static __always_inline int sock_length_raw(struct bpf_raw_tracepoint_args *ctx, 
      * that matters is a receive's (Unix EOF), which needs the family */
     if (ret < 0 || (ret == 0 && direction == DIR_EGRESS))
         return 0;
-    __u64 sk = (__u64)ctx->args[0];
-    __u16 family = 0;
-    __u16 protocol = 0; /* little-endian: a 1-byte field lands in the low byte */
-    bpf_probe_read_kernel(&family, sizeof(family), (void *)(sk + SK_FAMILY_OFF));
-    bpf_probe_read_kernel(&protocol, SK_PROTOCOL_SIZE, (void *)(sk + SK_PROTOCOL_OFF));
-    return on_traced_sock_length(id, sk, family, protocol, ret, (int)ctx->args[2], direction);
+    return on_traced_sock_length(id, (__u64)ctx->args[0], 0, 0, ret, (int)ctx->args[2], direction, 0);
 }
 
 RAW_TRACEPOINT_PROBE(sock_recv_length)
