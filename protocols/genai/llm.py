@@ -122,6 +122,8 @@ def match_endpoint(method: str, target: str) -> Endpoint | None:
     """The LLM endpoint a request-target names, or None. Cheap: string tests only."""
     if method != "POST" or not target:
         return None
+    if "/v1/" not in target and "/api/" not in target and "/openai/" not in target:
+        return None  # every endpoint's path has one of these: most POSTs (gRPC's) end here
     if target[0] != "/":
         if not target.startswith(("http://", "https://")):
             return None

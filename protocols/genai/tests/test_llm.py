@@ -29,6 +29,9 @@ from protocols.genai.llm import (
         ("POST", "/api/chat", (Api.OLLAMA, Operation.CHAT)),
         ("POST", "/api/generate", (Api.OLLAMA, Operation.TEXT_COMPLETION)),
         ("POST", "/api/embed", (Api.OLLAMA, Operation.EMBEDDINGS)),
+        ("POST", "http://ollama:11434/api/chat", (Api.OLLAMA, Operation.CHAT)),
+        ("POST", "/inference.Inference/Predict", None),  # a gRPC method
+        ("POST", "/v2/chat/completions", None),
         ("GET", "/v1/chat/completions", None),
         ("POST", "/chat/completions", None),
         ("POST", "/v1/models", None),
