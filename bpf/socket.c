@@ -378,19 +378,26 @@ static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
  * branch's exact ranges multiplying through the loop (16 iovecs cost 331k
  * verified instructions that way, 24 hit the 1M limit). bench/verifier_cost.py
  * measures it. */
+struct iovec_user {
+    __u64 base;
+    __u64 len;
+};
+
+/* iovecs read with one helper call before the loop (nginx writes a response
+ * as 2, gRPC 4-8): the loop then reads only the payloads of these. */
+#define IOV_BATCH 4
+
 struct gather {
     __u64 iov_ptr;
     __u32 iovcnt;
     __u32 total;
     __u32 captured;
     __u32 consumed;
+    __u32 batched; /* how many of first[] were read */
+    __u32 unused;
+    struct iovec_user first[IOV_BATCH];
 };
 BPF_PERCPU_ARRAY(gathers, struct gather, 1);
-
-struct iovec_user {
-    __u64 base;
-    __u64 len;
-};
 
 /* Copy up to CAPTURE_BYTES of the iovec array into data. */
 static __always_inline __u64 gather_iov(__u8 *data, __u64 iov_ptr, __u32 iovcnt, __u32 total, __u8 *flags)
@@ -404,6 +411,12 @@ static __always_inline __u64 gather_iov(__u8 *data, __u64 iov_ptr, __u32 iovcnt,
     g->total = total;
     g->captured = 0;
     g->consumed = 0;
+    g->batched = 0;
+    __u32 batched = iovcnt < IOV_BATCH ? iovcnt : IOV_BATCH;
+    __u64 size = (__u64)batched * sizeof(struct iovec_user);
+    BOUND_FOR_VERIFIER(size, sizeof(g->first));
+    if (size && bpf_probe_read_user((void *)g->first, size, (void *)iov_ptr) == 0)
+        g->batched = batched;
     /* A bounded loop (kernel >= 5.3 verifies it without unrolling). */
     for (int i = 0; i < MAX_IOV; i++) {
         __u32 captured = g->captured;
@@ -412,8 +425,12 @@ static __always_inline __u64 gather_iov(__u8 *data, __u64 iov_ptr, __u32 iovcnt,
         if (i >= g->iovcnt || consumed >= limit || captured >= CAPTURE_BYTES)
             break;
         struct iovec_user iov = {};
-        if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(g->iov_ptr + i * sizeof(iov))) != 0)
+        if (i < IOV_BATCH && i < g->batched) {
+            iov.base = g->first[i].base;
+            iov.len = g->first[i].len;
+        } else if (bpf_probe_read_user(&iov, sizeof(iov), (void *)(g->iov_ptr + i * sizeof(iov))) != 0) {
             break;
+        }
         __u64 left = limit - consumed;
         __u64 part = iov.len < left ? iov.len : left;
         __u64 room = CAPTURE_BYTES - captured;

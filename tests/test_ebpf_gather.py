@@ -71,7 +71,7 @@ def receive(sock: socket.socket, size: int) -> bytes:
     return got
 
 
-@pytest.mark.parametrize("count", [1, 16, 17, 25, 40, MAX_IOV])  # 16: the bound before
+@pytest.mark.parametrize("count", [1, 2, 4, 5, 16, 17, 25, 40, MAX_IOV])  # 4: read before the loop; 16: the bound before
 def test_sendmsg_iovecs_up_to_the_bound_are_captured_whole(source, connection, count):
     client, server = connection
     source.read()
