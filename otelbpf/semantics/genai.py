@@ -46,7 +46,8 @@ from otelbpf import semconv as sc
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue
 from protocols.base import ExchangeProgress, Phase
-from protocols.genai import Api, LlmCall, LlmFacts, Operation, match_endpoint
+from protocols.genai import Api, LlmCall, LlmFacts, Operation
+from protocols.genai.llm import match_endpoint  # genai.pxd cimports it: a C call
 
 #: LLM calls tracked at once (their state is bounded each: protocols/genai/llm.py).
 MAX_CALLS = 1024
@@ -108,7 +109,7 @@ class GenAiLayer:
             line = request_line(exchange)
             if line is None:
                 return
-            endpoint = match_endpoint(*line)
+            endpoint = match_endpoint(line[0], line[1])
             if endpoint is None:
                 return  # not an LLM call: nothing kept
             entry = (exchange, LlmCall(endpoint, self.capture_content))
@@ -220,7 +221,7 @@ def is_llm_call(exchange) -> bool:
     """Is ``exchange`` (its request head just parsed) a call to an LLM endpoint?
     Asked once per exchange, so other HTTP traffic reports no progress at all."""
     line = request_line(exchange)
-    return line is not None and match_endpoint(*line) is not None
+    return line is not None and match_endpoint(line[0], line[1]) is not None
 
 
 #: The protocols LLM API calls travel on: their semantics take a GenAI layer.
