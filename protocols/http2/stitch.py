@@ -222,7 +222,7 @@ class Http2Session:
                 return
             length, frame_type, flags, stream_id = read_header(buf)
             if frame_type == DATA:
-                del buf[: HEADER_LEN]
+                del buf[:HEADER_LEN]
                 side.data_left, side.data_stream, side.data_flags = length, stream_id, flags
                 if flags & FLAG_PADDED:
                     self._mark_padded(direction, stream_id)
@@ -231,7 +231,7 @@ class Http2Session:
                 continue
             if length > MAX_CONTROL_FRAME:
                 # Too big to buffer: skip its payload like DATA's; a lost header block untrusts HPACK.
-                del buf[: HEADER_LEN]
+                del buf[:HEADER_LEN]
                 side.data_left, side.data_stream, side.data_flags = length, 0, 0
                 if frame_type in (HEADERS, CONTINUATION, PUSH_PROMISE):
                     side.decoder.forget()
@@ -278,7 +278,7 @@ class Http2Session:
     def _control_frame(self, direction: Direction, side: _Side, raw: bytes, ts_ns: int, out: list) -> None:
         view = memoryview(raw)
         try:
-            frame, length = Frame.parse_frame_header(view[: HEADER_LEN])
+            frame, length = Frame.parse_frame_header(view[:HEADER_LEN])
             frame.parse_body(view[HEADER_LEN : HEADER_LEN + length])
         except (HyperframeError, ValueError, IndexError, KeyError):
             self._errors += 1
