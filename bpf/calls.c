@@ -89,7 +89,7 @@ static __always_inline void emit_call(__u64 id, struct call_frame *frame, __u64 
         if (bpf_probe_read_user(&out, sizeof(out), (void *)frame->args[0]) == 0)
             rec->info.out0 = out;
     }
-    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+    events.ringbuf_submit(rec, ring_wakeup_flags());
 }
 
 int call_enter(struct pt_regs *ctx)

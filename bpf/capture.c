@@ -14,7 +14,8 @@
  * Design rules (DEVELOPERS.md): tracepoints and uprobes only (no kprobes or
  * fentry on this class of kernels), no kernel struct dereferenced by header
  * layout, every handler filters the traced process first, records are
- * submitted without waking the consumer (BPF_RB_NO_WAKEUP).
+ * submitted without waking the consumer (BPF_RB_NO_WAKEUP) unless it sleeps
+ * on an empty ring (ring_wakeup_flags, common.h).
  *
  * Compile-time parameters (-D): CAPTURE_BYTES (power of two), RINGBUF_PAGES,
  * MAX_IOV, CAPTURE_UNIX, CAPTURE_UDP, CAPTURE_TLS, HAVE_SK_DATA_READY, PID_MAX,

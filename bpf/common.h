@@ -108,6 +108,21 @@ struct comm_prefix {
 BPF_ARRAY(excluded_comms, struct comm_prefix, MAX_EXCLUDED_COMMS);
 BPF_PERCPU_ARRAY(stats, __u64, STAT_COUNT);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
+/* 1 while the agent sleeps on an empty ring (otelbpf/agent.py, "Sleeping while
+ * idle"), else 0. Records are submitted without a wake-up (BPF_RB_NO_WAKEUP):
+ * a busy agent drains on its 10 ms timer, and a wake-up per record would cost
+ * the traced process an irq_work each. While the agent sleeps they are
+ * submitted with flags 0, the kernel's adaptive wake-up: only the record that
+ * lands on the consumer's position (the first one since the ring emptied)
+ * wakes the ring's epoll waiters. One array load per record. */
+BPF_ARRAY(consumer_sleeping, __u32, 1);
+
+static __always_inline __u64 ring_wakeup_flags(void)
+{
+    int zero = 0;
+    __u32 *sleeping = consumer_sleeping.lookup(&zero);
+    return sleeping && *sleeping ? 0 : BPF_RB_NO_WAKEUP;
+}
 /* asyncio task tracking (bpf/pytasks.c): tid -> coroutine of the task step. */
 BPF_HASH(py_current, __u32, __u64, 16384);
 
@@ -305,7 +320,7 @@ static __always_inline int ring_full_for(__u64 size)
 
 static __always_inline int submit_stat(void *rec, __u64 size)
 {
-    if (events.ringbuf_output(rec, size, BPF_RB_NO_WAKEUP) != 0) {
+    if (events.ringbuf_output(rec, size, ring_wakeup_flags()) != 0) {
         count_stat(STAT_LOST);
         return -1;
     }

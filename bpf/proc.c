@@ -61,7 +61,7 @@ TRACEPOINT_PROBE(sched, sched_process_exec)
     /* __data_loc: offset (low 16 bits) of the string in the tracepoint record. */
     bpf_probe_read_kernel_str(rec->info.filename, sizeof(rec->info.filename),
                               (void *)args + (args->data_loc_filename & 0xFFFF));
-    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+    events.ringbuf_submit(rec, ring_wakeup_flags());
     return 0;
 }
 
@@ -90,6 +90,6 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     rec->tid = tid;
     rec->fd = -1;
     rec->type = EV_PROC_EXIT;
-    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+    events.ringbuf_submit(rec, ring_wakeup_flags());
     return 0;
 }

@@ -271,7 +271,7 @@ static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn
     rec->tid = tid;
     rec->fd = fd;
     rec->type = EV_CONN_CLOSE;
-    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+    events.ringbuf_submit(rec, ring_wakeup_flags());
 }
 
 static __always_inline void emit_conn_info(__u64 id, struct sock_io *io, __u64 conn_id, __u8 role, __u8 type)
@@ -309,7 +309,7 @@ static __always_inline void emit_conn_info(__u64 id, struct sock_io *io, __u64 c
         count_stat(STAT_NO_TUPLE);
     }
     bpf_get_current_comm(&rec->info.comm, sizeof(rec->info.comm));
-    events.ringbuf_submit(rec, BPF_RB_NO_WAKEUP);
+    events.ringbuf_submit(rec, ring_wakeup_flags());
 }
 
 /* The connection id for (tgid, fd), announcing the connection the first

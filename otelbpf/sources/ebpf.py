@@ -19,6 +19,7 @@ import ctypes
 import logging
 import os
 import platform
+import select
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -265,6 +266,9 @@ class EbpfSource:
         self._callback = None
         #: reads the ring buffer through its mapping (otelbpf.sources.ringbuf); None: BCC's callback
         self._reader = None
+        #: epoll on the ring (and the caller's interrupt fd) for wait_for_records, made on first use
+        self._sleeper: select.epoll | None = None
+        self._sleeper_fds: set[int] = set()
         #: per-process uprobes (asyncio task probes, generic call probes)
         self.uprobes: UprobeAttacher | None = None
         self._watched: set[int] = set()
@@ -650,6 +654,43 @@ class EbpfSource:
         self._raw.append(ctypes.string_at(data, size))
         return 0  # returning None halves BCC's callback rate (docs/architecture.md, "Measured costs")
 
+    def wait_for_records(self, timeout_s: float, interrupt_fd: int | None = None) -> bool:
+        """Sleep until the kernel submits a record, ``interrupt_fd`` becomes readable or
+        ``timeout_s`` passes; True when records may be waiting.
+
+        For an agent that has caught up and found the ring empty for a while
+        (otelbpf/agent.py, "Sleeping while idle"): it sleeps here instead of waking
+        every drain interval. The probes ask the kernel to wake the ring's waiters only
+        while this waits (``consumer_sleeping``, bpf/common.h), and then only for the
+        first record since the ring emptied. A record submitted in the instant the flag
+        is being set may go without a wake-up: it is read when the wait times out."""
+        if self._bpf is None:
+            time.sleep(timeout_s)
+            return False
+        sleeping = self._bpf["consumer_sleeping"]
+        sleeping[ctypes.c_int(0)] = ctypes.c_uint32(1)
+        try:
+            if self._reader is None:  # BCC's callback: its poll waits on the ring and consumes
+                self._bpf.ring_buffer_poll(max(1, int(timeout_s * 1000)))
+                return bool(self._raw)
+            if self._reader.pending_bytes():  # submitted before the probes saw the flag
+                return True
+            ready = self._epoll(interrupt_fd).poll(timeout_s)
+            return any(fd != interrupt_fd for fd, _ in ready)
+        finally:
+            sleeping[ctypes.c_int(0)] = ctypes.c_uint32(0)
+
+    def _epoll(self, interrupt_fd: int | None) -> select.epoll:
+        """The epoll set of the ring's map fd (readable once a record is submitted with a
+        wake-up) and ``interrupt_fd``."""
+        if self._sleeper is None:
+            self._sleeper = select.epoll()
+            self._sleeper.register(self._bpf["events"].map_fd, select.EPOLLIN)
+        if interrupt_fd is not None and interrupt_fd not in self._sleeper_fds:
+            self._sleeper.register(interrupt_fd, select.EPOLLIN)
+            self._sleeper_fds.add(interrupt_fd)
+        return self._sleeper
+
     def discard(self) -> int:
         """Drain what the kernel submitted and drop it undecoded; how many records
         (``otelbpf run --discard-events``: the kernel capture's cost alone, with user
@@ -723,6 +764,10 @@ class EbpfSource:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self._sleeper is not None:
+            self._sleeper.close()
+            self._sleeper = None
+            self._sleeper_fds.clear()
         if self._bpf is not None:
             self._bpf.cleanup()
             self._bpf = None
