@@ -19,8 +19,9 @@ from otelbpf.semantics import genai, gpu
 log = logging.getLogger("otelbpf")
 
 #: How often the ring buffer is drained. Submissions do not wake us
-#: (BPF_RB_NO_WAKEUP), so this bounds the added latency of a span and sizes
-#: the ring: peak event rate x interval x record size must fit.
+#: (BPF_RB_NO_WAKEUP) unless we sleep on an empty ring (IDLE_AFTER_EMPTY_DRAINS),
+#: so this bounds the added latency of a span and sizes the ring: peak event
+#: rate x interval x record size must fit.
 DRAIN_INTERVAL_S = 0.010
 #: An idle tick stands this far behind the clock: past the reorder window, so
 #: an event still on its way is never overtaken by a time-based end. It is
@@ -30,11 +31,25 @@ DRAIN_INTERVAL_S = 0.010
 #: end, ahead of them, what they complete (a collective held for its ranks).
 IDLE_TICK_LAG_NS = 500_000_000
 IDLE_TICK_INTERVAL_S = 1.0
+#: Sleeping while idle: after this many drains in a row found the ring empty
+#: (~100 ms) and with nothing held for reordering, the agent sleeps until the
+#: kernel submits a record (a source's ``wait_for_records``), or until its
+#: next once-a-second task, instead of waking every drain interval. An agent
+#: whose traced processes are quiet then costs its node ~1 wake-up a second,
+#: not 100. The first record wakes it (bpf/common.h, ring_wakeup_flags); it
+#: drains on its timer again until the ring stays empty. Under traffic it
+#: never sleeps this way: 100 ms without a single event is no load at all.
+IDLE_AFTER_EMPTY_DRAINS = 10
+#: Longest of those sleeps: the periodic tasks (idle tick, kernel counters, budget) still run.
+IDLE_WAIT_MAX_S = 1.0
 
 
 class LiveSource(Protocol):
     def read(self) -> list[Event]: ...
     def kernel_stats(self) -> dict[str, int]: ...
+
+    # Optional: ``wait_for_records(timeout_s, interrupt_fd) -> bool`` (see IDLE_AFTER_EMPTY_DRAINS);
+    # a source without it is drained every DRAIN_INTERVAL_S, idle or not.
 
 
 class Flushable(Protocol):
@@ -89,12 +104,24 @@ class Agent:
         #: threading.Event: Event.set() from a signal handler deadlocks when the
         #: main thread is inside Event.wait() holding the same lock.
         self._stop_requested = False
+        #: Written to stop a sleep on an idle ring at once (request_stop, the signal
+        #: handler); -1 outside run().
+        self._wake_r = self._wake_w = -1
         self.reorder = ReorderBuffer()
         self._kernel_lost_seen = 0
         self._kernel_tls_unattributed_seen = 0
 
     def request_stop(self) -> None:
         self._stop_requested = True
+        self._wake()
+
+    def _wake(self) -> None:
+        """End a sleep on an idle ring now (safe from a signal handler or another thread)."""
+        if self._wake_w >= 0:
+            try:
+                os.write(self._wake_w, b"\0")
+            except OSError:  # full (a wake-up is already pending) or closed as run() ends
+                pass
 
     def _on_signal(self, signum, _frame) -> None:
         """First SIGINT/SIGTERM: stop cleanly and flush. A second one while
@@ -103,18 +130,34 @@ class Agent:
             os.write(2, b"otelbpf: second signal, exiting without flushing\n")
             os._exit(128 + signum)
         self._stop_requested = True
+        self._wake()
 
     def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
     def run(self, duration_s: float | None = None) -> None:
+        wait_for_records = getattr(self.source, "wait_for_records", None)
+        if wait_for_records is not None:
+            self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            self._run(duration_s, wait_for_records)
+        finally:
+            wake_r, wake_w = self._wake_r, self._wake_w
+            self._wake_r = self._wake_w = -1
+            for fd in (wake_r, wake_w):
+                if fd >= 0:
+                    os.close(fd)
+
+    def _run(self, duration_s: float | None, wait_for_records) -> None:
         deadline = time.monotonic() + duration_s if duration_s else None
         next_stats = time.monotonic() + self.stats_interval_s if self.stats_interval_s else None
         next_kernel_sync = next_idle_tick = time.monotonic() + 1.0
+        empty_drains = 0
         while not self._stop_requested:
             tick = time.monotonic()
             drained = self._drain_once()
+            empty_drains = 0 if drained else empty_drains + 1
             if self.budget is not None:
                 self.budget.tick()
             now = time.monotonic()
@@ -132,12 +175,30 @@ class Agent:
                 next_stats = now + self.stats_interval_s
             if deadline is not None and now >= deadline:
                 break
+            if wait_for_records is not None and empty_drains >= IDLE_AFTER_EMPTY_DRAINS and not len(self.reorder):
+                due = min(next_kernel_sync, next_idle_tick, now + IDLE_WAIT_MAX_S)
+                for at in (next_stats, deadline):
+                    if at is not None:
+                        due = min(due, at)
+                self._sleep_idle(wait_for_records, due - now)
+                continue
             time.sleep(max(0.0, DRAIN_INTERVAL_S - (now - tick)))
         self._drain_once()
         self.pipeline.handle(self.reorder.flush())
         self._sync_kernel_counters()
         self.pipeline.finish()
         self.processor.shutdown(self.flush_timeout_s)
+
+    def _sleep_idle(self, wait_for_records, timeout_s: float) -> None:
+        """Sleep on the idle ring (IDLE_AFTER_EMPTY_DRAINS) until a record, a stop or ``timeout_s``."""
+        if timeout_s > 0 and not self._stop_requested:
+            self.counters.add("otelbpf.agent.idle_sleeps")
+            wait_for_records(timeout_s, self._wake_r)
+        try:
+            while os.read(self._wake_r, 64):
+                pass
+        except OSError:  # BlockingIOError: nothing (more) to read
+            pass
 
     def _drain_once(self) -> int:
         """Read what the kernel submitted and handle what is in order; returns

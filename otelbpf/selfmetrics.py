@@ -17,6 +17,7 @@ DESCRIPTIONS: dict[str, str] = {
     "otelbpf.events": "events received from the source",
     "otelbpf.events.lost": "events the kernel could not deliver (ring buffer full)",
     "otelbpf.events.discarded": "records read and dropped undecoded (--discard-events, a benchmarking aid)",
+    "otelbpf.agent.idle_sleeps": "times the agent, idle, slept until the kernel's next record instead of draining on its timer",
     "otelbpf.payload.truncated": "data events whose payload exceeded --capture-bytes",
     "otelbpf.connections.opened": "connections seen",
     "otelbpf.connections.evicted": "connections dropped because the table was full",

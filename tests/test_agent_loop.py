@@ -3,9 +3,11 @@ happen on the wall clock."""
 
 from __future__ import annotations
 
+import select
+import threading
 import time
 
-from otelbpf.agent import IDLE_TICK_LAG_NS, Agent
+from otelbpf.agent import IDLE_AFTER_EMPTY_DRAINS, IDLE_TICK_LAG_NS, IDLE_WAIT_MAX_S, Agent
 from otelbpf.events import ProcessExit
 from otelbpf.selfmetrics import Counters
 
@@ -61,3 +63,72 @@ def test_no_wall_clock_tick_while_the_agent_is_behind_the_kernel():
     assert first_when >= source.until, f"ticked {source.until - first_when:.2f}s before catching up"
     assert first_when - started < 2.8
     assert first_now <= time.time_ns() - IDLE_TICK_LAG_NS
+
+
+class QuietSource:
+    """A kernel ring with nothing in it, that can sleep until woken (EbpfSource.wait_for_records).
+
+    Its wait blocks on the agent's interrupt fd only, ignoring the timeout up to ``block_s``,
+    so a test can tell an interrupted sleep from one that timed out."""
+
+    def __init__(self, block_s: float | None = None) -> None:
+        self.reads = 0
+        self.waits: list[tuple[int, float, int]] = []  # (reads before it, timeout asked, interrupt fd)
+        self.block_s = block_s
+
+    def read(self):
+        self.reads += 1
+        return []
+
+    def kernel_stats(self):
+        return {}
+
+    def wait_for_records(self, timeout_s: float, interrupt_fd: int) -> bool:
+        self.waits.append((self.reads, timeout_s, interrupt_fd))
+        select.select([interrupt_fd], [], [], self.block_s if self.block_s is not None else timeout_s)
+        return False
+
+
+def test_an_idle_agent_sleeps_on_the_ring_instead_of_draining_every_interval():
+    """Ten empty drains in a row (~100 ms), then it waits for the kernel's next record,
+    a second at most (its once-a-second tasks), never past its deadline."""
+    source = QuietSource()
+    pipeline = RecordingPipeline(source)
+    counters = Counters()
+    Agent(source, pipeline, NullProcessor(), counters).run(duration_s=2.5)
+    assert source.waits, "an idle agent must sleep on the ring"
+    assert source.waits[0][0] == IDLE_AFTER_EMPTY_DRAINS, source.waits[:3]
+    assert all(0 < timeout <= IDLE_WAIT_MAX_S for _, timeout, _ in source.waits), source.waits
+    assert all(fd >= 0 for _, _, fd in source.waits)
+    # 2.5 s on a 10 ms timer would be ~250 drains; sleeping, a handful a second
+    assert source.reads < 60, source.reads
+    assert counters.get("otelbpf.agent.idle_sleeps") == len(source.waits)
+    assert pipeline.ticks, "the once-a-second idle tick still runs"
+
+
+def test_a_stop_request_ends_the_idle_sleep_at_once():
+    """request_stop (as from the signal handler) wakes a sleep that would otherwise last 30 s."""
+    source = QuietSource(block_s=30.0)
+    agent = Agent(source, RecordingPipeline(source), NullProcessor(), Counters())
+    threading.Timer(0.5, agent.request_stop).start()
+    started = time.monotonic()
+    agent.run()
+    assert source.waits, "the agent never slept"
+    assert time.monotonic() - started < 10.0
+
+
+def test_a_busy_agent_never_sleeps_on_the_ring():
+    """Events in every drain: it stays on its drain timer (a wake-up per record is what
+    BPF_RB_NO_WAKEUP avoids, docs/architecture.md)."""
+
+    class BusySource(BacklogSource):
+        waits = 0
+
+        def wait_for_records(self, timeout_s, interrupt_fd):
+            BusySource.waits += 1
+            return False
+
+    source = BusySource(busy_s=5.0)
+    Agent(source, RecordingPipeline(source), NullProcessor(), Counters()).run(duration_s=1.0)
+    assert source.reads_with_events > 20
+    assert BusySource.waits == 0
