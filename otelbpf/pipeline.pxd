@@ -8,6 +8,7 @@ from otelbpf.association cimport Linker, hold_or_release, release
 from otelbpf.connections cimport Connection, ConnectionTable
 from otelbpf.events cimport DataEvent
 from otelbpf.identity cimport SpanStart
+from protocols.base cimport ExchangeCompleted, ExchangeStarted
 
 
 cdef class Pipeline:
@@ -34,14 +35,16 @@ cdef class Pipeline:
     cdef dict _handlers
 
     cpdef _on_data(self, DataEvent event)
+    @cy.locals(data_event=DataEvent)
     cdef void _start(self, Connection conn, event, exchange) except *
     cdef void _progress(self, Connection conn, item) except *
-    @cy.locals(start=SpanStart, table=ConnectionTable)
+    @cy.locals(start=SpanStart, table=ConnectionTable, data_event=DataEvent)
     cdef void _end(self, Connection conn, event, exchange) except *
     cdef object _build(self, SpanStart start, exchange, Connection conn)
     cdef void _release(self, groups) except *
     cdef void _emit(self, list spans) except *
     cdef void _associate(self) except *
+    @cy.locals(started=ExchangeStarted, completed=ExchangeCompleted)
     cdef void _session_events(self, Connection conn, event, list out) except *
     cdef void _deliver(self) except *
     cdef void _count_spans(self) except *

@@ -332,10 +332,14 @@ class Pipeline:
         for item in out:
             kind = type(item)
             if kind is ExchangeStarted:
-                self._start(conn, event, item.exchange)
+                started = item  # typed when compiled (pipeline.pxd): a C field read
+                self._start(conn, event, started.exchange)
             elif kind is ExchangeProgress:
                 self._progress(conn, item)
-            else:  # ExchangeCompleted, ExchangeAbandoned
+            elif kind is ExchangeCompleted:
+                completed = item
+                self._end(conn, event, completed.exchange)
+            else:  # ExchangeAbandoned
                 self._end(conn, event, item.exchange)
 
     def _start(self, conn: Connection, event, exchange: Exchange) -> None:
@@ -346,7 +350,10 @@ class Pipeline:
         if key in self._open:
             self.counters.add("otelbpf.protocol.violations", label=exchange.protocol)
             return
-        if event is not None:
+        if type(event) is DataEvent:
+            data_event = event  # typed when compiled (pipeline.pxd): C field reads
+            tid, ts, task_id = data_event.tid, data_event.ts_ns, data_event.task_id
+        elif event is not None:
             tid, ts, task_id = event.tid, event.ts_ns, event.task_id
         else:
             tid, ts, task_id = conn.pid, exchange.start_ns, 0
@@ -378,7 +385,10 @@ class Pipeline:
         table = self.table
         if table.shed_permille and not conn.exchanges and table.sheddable(conn):
             table.shed(conn)  # over the CPU budget: stop here, between exchanges
-        if event is not None:
+        if type(event) is DataEvent:
+            data_event = event
+            ts, task_id = data_event.ts_ns, data_event.task_id
+        elif event is not None:
             ts, task_id = event.ts_ns, event.task_id
         else:
             ts, task_id = exchange.end_ns, 0

@@ -48,6 +48,7 @@ from otelbpf.model import AttributeValue
 from protocols.base import ExchangeProgress, Phase
 from protocols.genai import Api, LlmCall, LlmFacts, Operation
 from protocols.genai.llm import match_endpoint  # genai.pxd cimports it: a C call
+from protocols.http1.types import HttpExchange
 
 #: LLM calls tracked at once (their state is bounded each: protocols/genai/llm.py).
 MAX_CALLS = 1024
@@ -203,6 +204,10 @@ def request_line(exchange) -> tuple[str, str] | None:
 
     HTTP/2 carries them as the ``:method`` and ``:path`` pseudo-headers ("" where
     HPACK could not decode them: such a stream is not recognised as an LLM call)."""
+    if type(exchange) is HttpExchange:  # HTTP/1, most exchanges: typed reads when compiled (genai.pxd)
+        http1 = exchange
+        request1 = http1.request
+        return None if request1 is None else (request1.method, request1.target)
     request = getattr(exchange, "request", None)
     if request is None:
         return None
