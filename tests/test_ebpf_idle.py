@@ -22,12 +22,34 @@ from otelbpf.events import DataEvent
 pytestmark = pytest.mark.ebpf
 
 
-@pytest.fixture(scope="module")
-def source():
+def started_source():
     from otelbpf.sources.ebpf import CaptureConfig, EbpfSource
 
     src = EbpfSource(CaptureConfig(pids=[os.getpid()], capture_bytes=256, python_tasks=False, capture_tls=False))
     src.start()
+    return src
+
+
+@pytest.fixture(scope="module")
+def source():
+    src = started_source()
+    assert src._reader is not None, "the ring should be read through its mapping here"
+    yield src
+    src.close()
+
+
+@pytest.fixture(scope="module")
+def callback_source():
+    """A source on BCC's per-record callback, the fallback when the ring cannot be mapped."""
+    from otelbpf.sources import ringbuf
+
+    def unmappable(*_args, **_kwargs):
+        raise ringbuf.RingBufError("not mapped, for this test")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ringbuf, "RingBufReader", unmappable)
+        src = started_source()
+    assert src._reader is None
     yield src
     src.close()
 
@@ -70,6 +92,20 @@ def test_the_first_record_wakes_a_sleeping_consumer(source, connection):
     assert waited < 10.0, f"woken after {waited:.1f}s"
     assert sleeping_flag(source) == 0, "the probes must go back to submitting without wake-ups"
     sent = [e for e in source.read() if type(e) is DataEvent and e.fd == client.fileno()]
+    assert sent and sent[0].data == b"wake up"
+    assert server.recv(64) == b"wake up"
+
+
+def test_the_first_record_wakes_a_consumer_on_bcc_callbacks(callback_source, connection):
+    """The fallback reader waits in BCC's ring_buffer_poll, on the same wake-up."""
+    client, server = connection
+    drained(callback_source)
+    threading.Timer(0.3, client.sendall, args=(b"wake up",)).start()
+    started = time.monotonic()
+    assert callback_source.wait_for_records(20.0), "the wait timed out: the record did not wake it"
+    assert time.monotonic() - started < 10.0
+    assert sleeping_flag(callback_source) == 0
+    sent = [e for e in callback_source.read() if type(e) is DataEvent and e.fd == client.fileno()]
     assert sent and sent[0].data == b"wake up"
     assert server.recv(64) == b"wake up"
 
