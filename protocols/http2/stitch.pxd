@@ -80,5 +80,6 @@ cdef class Http2Session:
 
 
 @cy.locals(pos=Py_ssize_t, need=Py_ssize_t, take=Py_ssize_t)
+@cy.locals(flag=cy.long, b1=cy.long, b2=cy.long, b3=cy.long, b4=cy.long)
 cdef void _count_grpc(Http2Message message, Py_ssize_t size, chunk) except *
 cdef str _status(list headers)
