@@ -96,10 +96,11 @@ class PeerMethods:
         self._methods: OrderedDict[Hashable, str] = OrderedDict()
 
     def remember(self, key: Hashable, method: str) -> None:
-        self._methods[key] = method
-        self._methods.move_to_end(key)
-        if len(self._methods) > self.capacity:
-            self._methods.popitem(last=False)
+        # a key is a stream of a connection, never reused: inserting it puts it last, no move needed
+        methods = self._methods
+        methods[key] = method
+        if len(methods) > self.capacity:
+            methods.popitem(last=False)
 
     def recall(self, key: Hashable) -> str | None:
         return self._methods.pop(key, None)
