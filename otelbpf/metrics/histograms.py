@@ -134,14 +134,14 @@ def _by_kind(groups: tuple) -> dict:
     table: dict = {None: groups}
     for kind in SpanKind:
         narrowed = []
-        for required, instruments in groups:
+        for required, excluded, instruments in groups:
             kept = tuple(
                 (index, None if getattr(select, "kind", None) is not None else select, value, keys, boundaries)
                 for index, select, value, keys, boundaries in instruments
                 if getattr(select, "kind", kind) == kind
             )
             if kept:
-                narrowed.append((required, kept))
+                narrowed.append((required, excluded, kept))
         table[int(kind)] = tuple(narrowed)
     return table
 
@@ -174,21 +174,22 @@ class SpanMetrics:
         #: Every distinct instrument, indexed (an instrument may serve several protocols).
         self._instruments: list[SpanHistogram] = []
         #: protocol -> span kind (None: any other value) -> ((required attribute or "",
-        #: ((index, select, value, attribute keys, boundaries), ...)), ...): what record()
-        #: iterates, grouped by ``requires``; ``select`` is None where the kind decided it.
-        self._by_protocol: dict[str, tuple[tuple[str, tuple[tuple[int, Any, Any, tuple[str, ...], tuple[float, ...]], ...]], ...]] = {}
+        #: excluded attribute or "", ((index, select, value, attribute keys, boundaries), ...)),
+        #: ...): what record() iterates, grouped by ``requires`` and ``excludes``; ``select``
+        #: is None where the kind decided it.
+        self._by_protocol: dict[str, tuple[tuple[str, str, tuple[tuple[int, Any, Any, tuple[str, ...], tuple[float, ...]], ...]], ...]] = {}
         for protocol, definitions in instruments.items():
-            groups: dict[str, list] = {}
+            groups: dict[tuple[str, str], list] = {}
             for instrument in definitions:
                 if instrument not in self._instruments:
                     self._instruments.append(instrument)
                 index = self._instruments.index(instrument)
-                groups.setdefault(instrument.requires, []).append(
+                groups.setdefault((instrument.requires, instrument.excludes), []).append(
                     (index, instrument.select, instrument.value, tuple(instrument.attributes), tuple(instrument.boundaries))
                 )
             if groups:
                 self._by_protocol[protocol] = _by_kind(
-                    tuple((required, tuple(group)) for required, group in groups.items())
+                    tuple((required, excluded, tuple(group)) for (required, excluded), group in groups.items())
                 )
         self._lookup = resources.attributes
         self._max_series = max_series
@@ -223,8 +224,10 @@ class SpanMetrics:
             attributes = span.attributes
             get = attributes.get
             measurements = []
-            for required, instruments in groups:
+            for required, excluded, instruments in groups:
                 if required and required not in attributes:
+                    continue
+                if excluded and excluded in attributes:
                     continue
                 for index, select, value_of, keys, boundaries in instruments:
                     if select is None or select(span):

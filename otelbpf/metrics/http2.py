@@ -4,17 +4,17 @@ conventions v1.44), HTTP durations for the rest (as HTTP/1's).
 ``rpc.server.call.duration`` / ``rpc.client.call.duration`` in seconds with
 the advised boundaries and the conventions' attributes (``server.address``
 and ``server.port`` are opt-in there and left out). A span is a gRPC call
-when it has ``rpc.system.name``; HTTP instruments take the others.
+when it has ``rpc.system.name`` (the RPC instruments' ``requires``); HTTP
+instruments take the others (their ``excludes``). The selectors are kind tests,
+so SpanMetrics sorts the instruments by kind once and calls nothing per span.
 """
 
 from __future__ import annotations
 
-from typing import Callable
-
 from otelbpf import semconv as sc
 from otelbpf.metrics import http1 as http1_metrics
-from otelbpf.metrics.instruments import SpanHistogram
-from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.metrics.instruments import SpanHistogram, of_kind
+from otelbpf.model import SpanKind
 
 RPC_ATTRIBUTES: tuple[str, ...] = (
     sc.RPC_SYSTEM_NAME,
@@ -24,21 +24,14 @@ RPC_ATTRIBUTES: tuple[str, ...] = (
 )
 
 
-def _select(kind: SpanKind, rpc: bool) -> Callable[[SpanRecord], bool]:
-    def select(span: SpanRecord) -> bool:
-        return span.kind == kind and (sc.RPC_SYSTEM_NAME in span.attributes) == rpc
-
-    select.__name__ = f"{'rpc' if rpc else 'http'}_{kind.name.lower()}"
-    return select
-
-
 RPC_SERVER_DURATION = SpanHistogram(
     name=sc.RPC_SERVER_CALL_DURATION,
     unit="s",
     description="Measures the duration of an incoming Remote Procedure Call (RPC).",
     boundaries=sc.RPC_DURATION_BOUNDARIES,
     attributes=RPC_ATTRIBUTES,
-    select=_select(SpanKind.SERVER, rpc=True),
+    select=of_kind(SpanKind.SERVER),
+    requires=sc.RPC_SYSTEM_NAME,  # gRPC calls only
 )
 RPC_CLIENT_DURATION = SpanHistogram(
     name=sc.RPC_CLIENT_CALL_DURATION,
@@ -46,7 +39,8 @@ RPC_CLIENT_DURATION = SpanHistogram(
     description="Measures the duration of an outgoing Remote Procedure Call (RPC).",
     boundaries=sc.RPC_DURATION_BOUNDARIES,
     attributes=RPC_ATTRIBUTES,
-    select=_select(SpanKind.CLIENT, rpc=True),
+    select=of_kind(SpanKind.CLIENT),
+    requires=sc.RPC_SYSTEM_NAME,  # gRPC calls only
 )
 HTTP_SERVER_DURATION = SpanHistogram(
     name=sc.HTTP_SERVER_REQUEST_DURATION,
@@ -54,7 +48,8 @@ HTTP_SERVER_DURATION = SpanHistogram(
     description="Duration of HTTP server requests.",
     boundaries=sc.HTTP_DURATION_BOUNDARIES,
     attributes=http1_metrics.SERVER_ATTRIBUTES,
-    select=_select(SpanKind.SERVER, rpc=False),
+    select=of_kind(SpanKind.SERVER),
+    excludes=sc.RPC_SYSTEM_NAME,  # not gRPC calls
 )
 HTTP_CLIENT_DURATION = SpanHistogram(
     name=sc.HTTP_CLIENT_REQUEST_DURATION,
@@ -62,7 +57,8 @@ HTTP_CLIENT_DURATION = SpanHistogram(
     description="Duration of HTTP client requests.",
     boundaries=sc.HTTP_DURATION_BOUNDARIES,
     attributes=http1_metrics.CLIENT_ATTRIBUTES,
-    select=_select(SpanKind.CLIENT, rpc=False),
+    select=of_kind(SpanKind.CLIENT),
+    excludes=sc.RPC_SYSTEM_NAME,  # not gRPC calls
 )
 
 INSTRUMENTS: tuple[SpanHistogram, ...] = (

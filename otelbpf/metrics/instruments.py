@@ -65,3 +65,7 @@ class SpanHistogram:
     #: are not offered to ``select`` at all, so that instruments for a kind of
     #: span few are (LLM calls among HTTP requests) cost the others one lookup.
     requires: str = ""
+    #: A span attribute no span it measures carries (or ""): spans with it are not
+    #: offered to ``select`` (HTTP/2's HTTP instruments leave gRPC calls to the RPC ones),
+    #: so that ``select`` can stay a plain kind test (``of_kind``), decided without a call.
+    excludes: str = ""
