@@ -1,10 +1,11 @@
 # C types for association.py when Cython compiles it (setup.py). The logic lives only in
 # association.py; this file makes Linker an extension type whose per-request steps are C
-# methods, with the spans' identities typed (SpanStart, TraceGroup: identity.pxd), so
-# that their field reads and writes are C struct accesses. Connections and exchanges stay
-# untyped: any object with their attributes will do (tests/test_association.py). Attributes
-# not declared here still work (the instance keeps a __dict__ for them), only slower.
+# methods, with the spans' identities (SpanStart, TraceGroup: identity.pxd) and the
+# connection (connections.pxd) typed, so that their field reads and writes are C struct
+# accesses. Exchanges stay untyped: any protocol's will do. Attributes not declared here
+# still work (the instance keeps a __dict__ for them), only slower.
 cimport cython as cy
+from otelbpf.connections cimport Connection
 from otelbpf.identity cimport SpanStart, TraceGroup
 from otelbpf.model cimport SpanRecord, new_span_id, new_trace_id
 from otelbpf.propagation cimport extract_parent
@@ -32,9 +33,9 @@ cdef class Linker:
     cdef public list window_observers
 
     @cy.locals(start=SpanStart)
-    cpdef SpanStart start(self, conn, exchange, kind, pid, tid, ts_ns, task_id=*)
+    cpdef SpanStart start(self, Connection conn, exchange, kind, pid, tid, ts_ns, task_id=*)
     @staticmethod
-    cdef object _pair(conn, exchange, kind)
+    cdef object _pair(Connection conn, exchange, kind)
     @cy.locals(start=SpanStart)
     cpdef SpanStart start_call(self, pid, tid, ts_ns, task_id=*, off_request=*)
     @cy.locals(client=SpanStart)
@@ -55,7 +56,7 @@ cdef class Linker:
     cdef void _close_window(self, SpanStart start) except *
 
 
-cpdef tuple pair_key(conn, kind)
+cpdef tuple pair_key(Connection conn, kind)
 cdef bint _remove_identical(items, target) except -1
 @cy.locals(root=TraceGroup)
 cpdef list hold_or_release(SpanRecord span, SpanStart start)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from otelbpf.association import TASK_DECISION_TIMEOUT_NS, Linker, hold_or_release, release
+from otelbpf.connections import Connection
 from otelbpf.model import SpanKind, SpanRecord
 from otelbpf.propagation import extract_parent
 from otelbpf.selfmetrics import Counters
@@ -18,15 +19,20 @@ SERVER, CLIENT = SpanKind.SERVER, SpanKind.CLIENT
 TRACEPARENT = ("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 
 
-@dataclass
-class Conn:
-    local_addr: str = ""
-    local_port: int = 0
-    peer_addr: str = ""
-    peer_port: int = 0
-    sock_id: int = 0
-    peer_sock_id: int = 0
-    datagram: bool = False
+def Conn(  # noqa: N802 - reads as the connection it makes
+    local_addr: str = "",
+    local_port: int = 0,
+    peer_addr: str = "",
+    peer_port: int = 0,
+    sock_id: int = 0,
+    peer_sock_id: int = 0,
+    datagram: bool = False,
+) -> Connection:
+    """A connection table entry with the fields the linker reads (it types them: association.pxd)."""
+    conn = Connection(conn_id=1, pid=1, fd=3, opened_ns=0)
+    conn.local_addr, conn.local_port, conn.peer_addr, conn.peer_port = local_addr, local_port, peer_addr, peer_port
+    conn.sock_id, conn.peer_sock_id, conn.datagram = sock_id, peer_sock_id, datagram
+    return conn
 
 
 @dataclass
