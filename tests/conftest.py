@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -169,6 +170,18 @@ def agent():
         if process.proc.poll() is None:
             process.proc.kill()
             process.proc.wait()
+
+
+@pytest.fixture
+def connection():
+    """A loopback TCP connection, (client, server) sockets, for tests whose process traces itself."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    server, _ = listener.accept()
+    listener.close()
+    yield client, server
+    client.close()
+    server.close()
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05) -> bool:

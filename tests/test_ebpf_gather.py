@@ -39,17 +39,6 @@ def source():
     src.close()
 
 
-@pytest.fixture
-def connection():
-    listener = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(listener.getsockname())
-    server, _ = listener.accept()
-    listener.close()
-    yield client, server
-    client.close()
-    server.close()
-
-
 def sends_on(source, fd: int, count: int, timeout: float = 5.0) -> list[DataEvent]:
     events: list[DataEvent] = []
     deadline = time.monotonic() + timeout

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import select
-import socket
 import threading
 import time
 
@@ -52,17 +51,6 @@ def callback_source():
     assert src._reader is None
     yield src
     src.close()
-
-
-@pytest.fixture
-def connection():
-    listener = socket.create_server(("127.0.0.1", 0))
-    client = socket.create_connection(listener.getsockname())
-    server, _ = listener.accept()
-    listener.close()
-    yield client, server
-    client.close()
-    server.close()
 
 
 def drained(source) -> None:
