@@ -201,6 +201,64 @@ def test_ringbuf_compiled_and_pure_drain_the_same_records(seed):
     assert drained_c == drained_p == expected_c
 
 
+def _random_records(rng, layout, count: int) -> list[bytes]:
+    """Event records as the probes write them, mostly well-formed: stream data (its payload
+    sometimes shorter than its header says), every other kind with random bytes after the
+    header, an unknown kind, and records too short for a header."""
+    kinds = [layout.EV_DATA] * 6 + [layout.EV_CONN_OPEN, layout.EV_CONN_CLOSE, layout.EV_CONN_PEER,
+                                    layout.EV_PROC_EXIT, layout.EV_PROC_START, layout.EV_CALL,
+                                    layout.EV_DATAGRAM, 99]  # fmt: skip
+    records = []
+    for _ in range(count):
+        if rng.random() < 0.05:
+            records.append(bytes(rng.randrange(256) for _ in range(rng.randrange(layout.HEADER.size))))
+            continue
+        kind = rng.choice(kinds)
+        payload = bytes(rng.randrange(256) for _ in range(rng.randrange(0, 300)))
+        captured = len(payload) + (rng.choice((0, 0, 0, 5)) if kind == layout.EV_DATA else 0)
+        header = layout.HEADER.pack(
+            rng.randrange(1 << 40), rng.randrange(1 << 20), rng.randrange(1 << 22), rng.randrange(1 << 22),
+            rng.randrange(-1, 1000), kind, rng.randrange(2), rng.randrange(8), rng.randrange(3),
+            len(payload) + rng.randrange(5000), captured, rng.randrange(1 << 30),
+        )  # fmt: skip
+        records.append(header + payload)
+    return records
+
+
+def test_records_decoded_in_the_ring_are_the_records_decoded_from_bytes():
+    """RingBufReader.drain_decoded (compiled: each record decoded where it lies in the ring's
+    memory, no bytes copy of it) gives the events, and the malformed count, that the pure
+    decoder gives for the same records as bytes: across the ring's wrap, every kind."""
+    import random
+
+    ringbuf = _compiled("otelbpf.sources.ringbuf")
+    compiled = _compiled("otelbpf.sources.ebpf_layout")
+    pure = load_pure("otelbpf.sources.ebpf_layout")
+    fake_ring = _ringbuf_tests().FakeRing
+    import mmap
+
+    rng = random.Random(11)
+    ring = fake_ring(mmap.PAGESIZE)
+    reader = ringbuf.RingBufReader(ring.fd, data_size=mmap.PAGESIZE, release_bytes=512)
+    in_ring, from_bytes = compiled.RecordDecoder(123), pure.RecordDecoder(123)
+    wrapped = 0
+    try:
+        for _ in range(80):
+            records = _random_records(rng, pure, rng.randrange(1, 8))
+            for record in records:
+                wrapped += ring.prod % mmap.PAGESIZE + len(record) + 8 > mmap.PAGESIZE
+                ring.reserve(record)
+            got = reader.drain_decoded(in_ring)
+            assert repr(got) == repr(from_bytes.decode(records)), records
+            assert in_ring.malformed == from_bytes.malformed
+            assert ring.cons == ring.prod
+    finally:
+        reader.close()
+        ring.close()
+    assert wrapped > 5, "the records never crossed the ring's end"
+    assert from_bytes.malformed > 0
+
+
 def test_pure_modules_run_without_cython_installed():
     """Where Cython is absent (``import cython`` fails), the sources still import and run."""
     code = (

@@ -703,22 +703,22 @@ class EbpfSource:
 
     def read(self) -> list[Event]:
         """Drain what the kernel submitted since the last call; never blocks."""
-        if self._reader is not None:
-            self._raw = self._reader.drain()
-        else:
-            self._bpf.ring_buffer_consume()
-        started = self._initial_process_starts() if self._announce_initial else None
         now = time.monotonic()
-        if self.config.rescan_interval_s and now - self._last_rescan > self.config.rescan_interval_s:
-            self._last_rescan = now
-            self.rescan_libraries()
-        if not self._raw:
-            return started or []
-        raw, self._raw = self._raw, []
         if now - self._last_clock_sync > 10:
             self.decoder.clock_offset_ns = monotonic_to_realtime_offset()
             self._last_clock_sync = now
-        events = self.decoder.decode(raw)
+        if self._reader is not None:
+            events = self._reader.drain_decoded(self.decoder)  # decoded in the ring: no copy per record
+        else:
+            self._bpf.ring_buffer_consume()
+            raw, self._raw = self._raw, []
+            events = self.decoder.decode(raw) if raw else []
+        started = self._initial_process_starts() if self._announce_initial else None
+        if self.config.rescan_interval_s and now - self._last_rescan > self.config.rescan_interval_s:
+            self._last_rescan = now
+            self.rescan_libraries()
+        if not events:
+            return started or []
         for event in events:
             kind = type(event)
             if kind is ConnOpen:

@@ -155,95 +155,116 @@ class RecordDecoder:
         out: list[Event] = []
         unpack_header = HEADER.unpack_from
         header_size = HEADER.size
-        offset = self.clock_offset_ns
         for raw in records:
+            if cython.compiled and type(raw) is bytes:
+                start = raw
+                self.decode_at(cython.cast(cython.p_uchar, start), len(raw), raw, out)
+                continue
             if len(raw) < header_size:
                 self.malformed += 1
                 continue
-            if cython.compiled and type(raw) is bytes:
-                # the header read in place as struct event_hdr (ebpf_layout.pxd): no tuple of ints
-                start = raw
-                header = cython.cast(EventHeaderPtr, start)
-                ts = header.ts_ns
-                conn_id = header.conn_id
-                tgid = header.tgid
-                tid = header.tid
-                fd = header.fd
-                kind = header.kind
-                direction = header.direction
-                flags = header.flags
-                source = header.source
-                total = header.total_len
-                captured = header.captured_len
-                task_id = header.task_id
-            else:
-                ts, conn_id, tgid, tid, fd, kind, direction, flags, source, total, captured, task_id = unpack_header(raw)
-            ts += offset
+            ts, conn_id, tgid, tid, fd, kind, direction, flags, source, total, captured, task_id = unpack_header(raw)
+            ts += self.clock_offset_ns
             if kind == EV_DATA:
-                data = raw[header_size : header_size + captured]
-                if cython.compiled:
-                    # the C fields filled directly: no argument tuple to parse for the C __init__
-                    # (tests/test_compiled.py: compiled and pure decode the same events)
-                    event = DataEvent.__new__(DataEvent)
-                    event.ts_ns = ts
-                    event.pid = tgid
-                    event.tid = tid
-                    event.fd = fd
-                    event.conn_id = conn_id
-                    event.direction = _DIRECTIONS[direction & 1]
-                    event.total_len = total
-                    event.data = data
-                    event.flags = flags
-                    event.task_id = task_id
-                    event.source = source
-                    out.append(event)
-                else:
-                    out.append(
-                        DataEvent(
-                            ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total, data, flags, task_id, source
-                        )
-                    )
-            elif kind == EV_DATAGRAM:
-                out.append(self._datagram(raw, ts, tgid, tid, fd, conn_id, direction, flags, source, total, captured, task_id))
-            elif kind == EV_CONN_OPEN:
-                out.append(self._conn_open(raw, ts, tgid, tid, fd, conn_id))
-            elif kind == EV_CONN_PEER:
-                opened = self._conn_open(raw, ts, tgid, tid, fd, conn_id)
-                out.append(ConnPeer(ts, tgid, tid, fd, conn_id, opened.peer_sock_id))
-            elif kind == EV_CONN_CLOSE:
-                out.append(ConnClose(ts, tgid, tid, fd, conn_id))
-            elif kind == EV_PROC_EXIT:
-                out.append(ProcessExit(ts, tgid))
-            elif kind == EV_PROC_START:
-                if len(raw) < header_size + PROC_INFO.size:
-                    self.malformed += 1
-                    continue
-                comm, filename = PROC_INFO.unpack_from(raw, header_size)
                 out.append(
-                    ProcessStart(
-                        ts,
-                        tgid,
-                        comm.split(b"\0", 1)[0].decode("utf-8", "replace"),
-                        filename.split(b"\0", 1)[0].decode("utf-8", "surrogateescape"),
+                    DataEvent(
+                        ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total,
+                        raw[header_size : header_size + captured], flags, task_id, source,
                     )
-                )
-            elif kind == EV_CALL:
-                if len(raw) < header_size + CALL_INFO.size:
-                    self.malformed += 1
-                    continue
-                (
-                    probe_id, _flags, end_ns, a0, a1, a2, a3, a4, a5, ret, launches, first_launch, out0, launch_ns,
-                ) = CALL_INFO.unpack_from(raw, header_size)  # fmt: skip
-                library, function = self.probe_names.get(probe_id, ("", f"probe#{probe_id}"))
-                out.append(
-                    CallEvent(
-                        ts, end_ns + offset, tgid, tid, library, function, (a0, a1, a2, a3, a4, a5), ret, task_id,
-                        launches, first_launch + offset if first_launch else 0, out0, launch_ns,
-                    )
-                )
+                )  # fmt: skip
             else:
-                self.malformed += 1
+                self._decode_other(raw, kind, ts, conn_id, tgid, tid, fd, direction, flags, source, total, captured, task_id, out)
         return out
+
+    def decode_at(self, record, size: int, raw, out: list) -> None:
+        """Compiled build only: decode the record of ``size`` bytes at the address
+        ``record`` (a ``bytes``' buffer, given as ``raw``, or the ring buffer's own memory,
+        ``raw`` None: otelbpf/sources/ringbuf.py) into ``out``. The header is read in
+        place as struct event_hdr (ebpf_layout.pxd), and a data record's payload is
+        copied once, straight into its event; other records, rare, are decoded from a
+        ``bytes`` copy. tests/test_compiled.py holds it to the plain-Python decode."""
+        if cython.compiled:
+            header_size = HEADER.size
+            if size < header_size:
+                self.malformed += 1
+                return
+            header = cython.cast(EventHeaderPtr, record)
+            ts = header.ts_ns + self.clock_offset_ns
+            kind = header.kind
+            captured = header.captured_len
+            if kind == EV_DATA:
+                if captured > size - header_size:  # as a slice of the record would: cut at its end
+                    captured = size - header_size
+                # the C fields filled directly: no argument tuple to parse for the C __init__
+                event = DataEvent.__new__(DataEvent)
+                event.ts_ns = ts
+                event.pid = header.tgid
+                event.tid = header.tid
+                event.fd = header.fd
+                event.conn_id = header.conn_id
+                event.direction = _DIRECTIONS[header.direction & 1]
+                event.total_len = header.total_len
+                event.data = PyBytes_FromStringAndSize(cython.cast(cython.p_char, record + header_size), captured)
+                event.flags = header.flags
+                event.task_id = header.task_id
+                event.source = header.source
+                out.append(event)
+                return
+            if raw is None:
+                raw = PyBytes_FromStringAndSize(cython.cast(cython.p_char, record), size)
+            self._decode_other(
+                raw, kind, ts, header.conn_id, header.tgid, header.tid, header.fd, header.direction, header.flags,
+                header.source, header.total_len, captured, header.task_id, out,
+            )  # fmt: skip
+        else:
+            raise RuntimeError("decode_at reads memory: compiled build only (use decode)")
+
+    def _decode_other(
+        self, raw, kind, ts, conn_id, tgid, tid, fd, direction, flags, source, total, captured, task_id, out
+    ) -> None:
+        """Every record but stream data (``ts`` already on the wall clock), from its bytes."""
+        header_size = HEADER.size
+        offset = self.clock_offset_ns
+        if kind == EV_DATAGRAM:
+            out.append(self._datagram(raw, ts, tgid, tid, fd, conn_id, direction, flags, source, total, captured, task_id))
+        elif kind == EV_CONN_OPEN:
+            out.append(self._conn_open(raw, ts, tgid, tid, fd, conn_id))
+        elif kind == EV_CONN_PEER:
+            opened = self._conn_open(raw, ts, tgid, tid, fd, conn_id)
+            out.append(ConnPeer(ts, tgid, tid, fd, conn_id, opened.peer_sock_id))
+        elif kind == EV_CONN_CLOSE:
+            out.append(ConnClose(ts, tgid, tid, fd, conn_id))
+        elif kind == EV_PROC_EXIT:
+            out.append(ProcessExit(ts, tgid))
+        elif kind == EV_PROC_START:
+            if len(raw) < header_size + PROC_INFO.size:
+                self.malformed += 1
+                return
+            comm, filename = PROC_INFO.unpack_from(raw, header_size)
+            out.append(
+                ProcessStart(
+                    ts,
+                    tgid,
+                    comm.split(b"\0", 1)[0].decode("utf-8", "replace"),
+                    filename.split(b"\0", 1)[0].decode("utf-8", "surrogateescape"),
+                )
+            )
+        elif kind == EV_CALL:
+            if len(raw) < header_size + CALL_INFO.size:
+                self.malformed += 1
+                return
+            (
+                probe_id, _flags, end_ns, a0, a1, a2, a3, a4, a5, ret, launches, first_launch, out0, launch_ns,
+            ) = CALL_INFO.unpack_from(raw, header_size)  # fmt: skip
+            library, function = self.probe_names.get(probe_id, ("", f"probe#{probe_id}"))
+            out.append(
+                CallEvent(
+                    ts, end_ns + offset, tgid, tid, library, function, (a0, a1, a2, a3, a4, a5), ret, task_id,
+                    launches, first_launch + offset if first_launch else 0, out0, launch_ns,
+                )
+            )
+        else:
+            self.malformed += 1
 
     def _datagram(self, raw, ts, tgid, tid, fd, conn_id, direction, flags, source, total, captured, task_id):
         start = HEADER.size + DATAGRAM_INFO.size

@@ -1,8 +1,10 @@
 # C types for ringbuf.py when Cython compiles it (setup.py). The logic lives only in
-# ringbuf.py; this file declares types and the three atomic accessors.
+# ringbuf.py; this file declares types and the three atomic accessors. drain_decoded()
+# hands each record, in place, to ebpf_layout's RecordDecoder (a C call).
 cimport cython as cy
 from cpython.buffer cimport Py_buffer, PyObject_GetBuffer, PyBuffer_Release, PyBUF_SIMPLE, PyBUF_WRITABLE
 from cpython.bytes cimport PyBytes_FromStringAndSize
+from otelbpf.sources.ebpf_layout cimport RecordDecoder
 
 cdef extern from *:
     """
@@ -45,8 +47,10 @@ cdef class RingBufReader:
 
     @cy.locals(out=list)
     cpdef list drain(self)
+    @cy.locals(out=list)
+    cpdef list drain_decoded(self, RecordDecoder decoder)
     cpdef Py_ssize_t skip(self) except -1
     @cy.locals(busy=cy.uint, discard=cy.uint, hdr=cy.uint, mask=cy.ulonglong, records=Py_ssize_t,
                cons=cy.ulonglong, released=cy.ulonglong, prod=cy.ulonglong,
                header=cy.uint, length=cy.uint)
-    cdef Py_ssize_t _consume(self, list out) except -1
+    cdef Py_ssize_t _consume(self, list out, RecordDecoder decoder=*) except -1

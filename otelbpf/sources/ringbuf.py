@@ -165,6 +165,19 @@ class RingBufReader:
         self._consume(out)
         return out
 
+    def drain_decoded(self, decoder) -> list:
+        """What ``decoder.decode(self.drain())`` returns (``decoder``: an
+        ``ebpf_layout.RecordDecoder``), without the ``bytes`` copy of every record:
+        compiled, each record is decoded where it lies in the ring, and a data record's
+        payload is copied once, straight into its event. The space is released only
+        after its record is decoded, as drain() releases it after the copy."""
+        if cython.compiled:
+            out = []
+            self._consume(out, decoder)
+            return out
+        else:
+            return decoder.decode(self.drain())
+
     def skip(self) -> int:
         """Consume what :meth:`drain` would return without copying it; how many records.
 
@@ -172,9 +185,10 @@ class RingBufReader:
         that keeps up, and no per-record work of its own in the traced app's way."""
         return self._consume(None)
 
-    def _consume(self, out: list | None) -> int:
+    def _consume(self, out: list | None, decoder=None) -> int:
         """The consumer loop: appends each committed record to ``out`` (None: copies
-        nothing), releases the space, returns how many records it passed."""
+        nothing), or, given a ``decoder`` (compiled build only: drain_decoded), its
+        events; releases the space, returns how many records it passed."""
         if not self._viewing and (self._prod_map is None or self._prod_map.closed):
             raise ValueError("ring buffer reader is closed")
         busy = BPF_RINGBUF_BUSY_BIT
@@ -192,7 +206,10 @@ class RingBufReader:
             length = header & ~(busy | discard)
             if not header & discard:
                 records += 1
-                if out is not None:
+                if decoder is not None:
+                    if cython.compiled:
+                        decoder.decode_at(self._data + (cons & mask) + hdr, length, None, out)
+                elif out is not None:
                     out.append(self._copy((cons & mask) + hdr, length))
             cons += (length + hdr + 7) & ~7
             if cons - released >= self._release_bytes:
