@@ -7,6 +7,10 @@ BPF_RB_NO_WAKEUP), then times one consume of everything queued, for:
             (what otelbpf/sources/ebpf.py did per record)
 * compiled: otelbpf.sources.ringbuf.RingBufReader.drain(), the Cython extension
 * pure:     the same reader from ringbuf.py, uncompiled
+* drain + decode, drain_decoded: what the agent does with them (compiled): each
+            record a stream-data event record (struct event_hdr, then the payload),
+            copied out and decoded (RecordDecoder.decode of drain()), or decoded where
+            it lies in the ring (RingBufReader.drain_decoded: the payload copied once)
 
 Numbers, not asserts. As root: .venv/bin/python bench/ringbuf_drain.py [--size 128]
 """
@@ -27,7 +31,11 @@ sys.path.insert(0, str(ROOT))
 
 PROGRAM = r"""
 BPF_RINGBUF_OUTPUT(events, RB_PAGES);
-struct rec_t { u64 seq; u8 data[RECSZ - 8]; };
+/* laid out as struct event_hdr (bpf/capture.h): a stream-data record of RECSZ - 48 bytes */
+struct rec_t {
+    u64 seq; u64 conn_id; u32 tgid; u32 tid; s32 fd; u8 kind; u8 direction; u8 flags; u8 source;
+    u32 total_len; u32 captured_len; u64 task_id; u8 data[RECSZ - 48];
+};
 BPF_PERCPU_ARRAY(scratch, struct rec_t, 1);
 BPF_ARRAY(lost, u64, 1);
 
@@ -39,6 +47,9 @@ TRACEPOINT_PROBE(syscalls, sys_enter_getcwd) {
     if (!r)
         return 0;
     r->seq++;
+    r->kind = 1; /* EV_DATA */
+    r->captured_len = RECSZ - 48;
+    r->total_len = RECSZ - 48;
     if (events.ringbuf_output(r, RECSZ, BPF_RB_NO_WAKEUP)) {
         u64 *l = lost.lookup(&zero);
         if (l)
@@ -58,11 +69,15 @@ def fill(libc, buf, records: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=50_000, help="records per round")
-    ap.add_argument("--size", type=int, default=128, help="record payload bytes (>= 16)")
+    ap.add_argument("--size", type=int, default=128, help="record bytes, the 48-byte event header included (>= 48)")
     ap.add_argument("--ring-mb", type=int, default=16)
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
+    if args.size < 48:
+        ap.error("--size: at least 48 (the event header)")
     from bcc import BPF
+
+    from otelbpf.sources.ebpf_layout import RecordDecoder
 
     import otelbpf.sources.ringbuf as compiled
 
@@ -96,9 +111,26 @@ def main() -> None:
             reader.close()
         return times
 
+    def run_decoding(fused: bool):
+        reader = compiled.RingBufReader(fd)
+        decoder = RecordDecoder(0)
+        times = []
+        try:
+            for _ in range(args.rounds):
+                fill(libc, buf, args.records)
+                t0 = time.perf_counter()
+                events = reader.drain_decoded(decoder) if fused else decoder.decode(reader.drain())
+                times.append(time.perf_counter() - t0)
+                assert len(events) == args.records and not decoder.malformed, (len(events), decoder.malformed)
+        finally:
+            reader.close()
+        return times
+
     results = {}
     results["compiled" if compiled.COMPILED else "compiled (NOT BUILT: pure)"] = run_reader(compiled)
     results["pure"] = run_reader(pure)
+    results["compiled drain + decode"] = run_decoding(fused=False)
+    results["compiled drain_decoded"] = run_decoding(fused=True)
 
     raw: list[bytes] = []
 
