@@ -50,10 +50,8 @@ def check_unread(frame: bytes | bytearray, length: int, frame_type: int, flags: 
     if frame_type == WINDOW_UPDATE:
         if length != 4:
             return False
-        # hyperframe reads the increment with the reserved bit, and wants 1 .. 2**31 - 1;
-        # read byte by byte (C ints when compiled, frames.pxd): no slice, no int.from_bytes
-        b0, b1, b2, b3 = frame[HEADER_LEN], frame[HEADER_LEN + 1], frame[HEADER_LEN + 2], frame[HEADER_LEN + 3]
-        return 1 <= ((b0 << 24) | (b1 << 16) | (b2 << 8) | b3) <= 0x7FFFFFFF
+        # hyperframe reads the increment with the reserved bit, and wants 1 .. 2**31 - 1
+        return 1 <= read_u32(frame, HEADER_LEN) <= 0x7FFFFFFF
     if frame_type == PING:
         return length == 8 and stream_id == 0
     if frame_type == PRIORITY:
@@ -65,15 +63,19 @@ def check_unread(frame: bytes | bytearray, length: int, frame_type: int, flags: 
     return None
 
 
+def read_u32(data: bytes | bytearray | memoryview, pos: int) -> int:
+    """The big-endian unsigned 32-bit integer at ``pos`` (4 bytes needed). Byte by byte: no
+    slice and no int.from_bytes call; each byte a C int when compiled (frames.pxd), so the
+    shifts and ors make no Python int objects. Frame headers, WINDOW_UPDATE increments and
+    gRPC message lengths (stitch.py) are read with it."""
+    b0, b1, b2, b3 = data[pos], data[pos + 1], data[pos + 2], data[pos + 3]
+    return (b0 << 24) | (b1 << 16) | (b2 << 8) | b3
+
+
 def read_header(data: bytes | memoryview, pos: int = 0) -> tuple[int, int, int, int]:
     """(length, type, flags, stream id) of the frame header at ``pos`` (9 bytes needed)."""
-    # byte by byte: no slice and no int.from_bytes call per frame; each byte a C int when
-    # compiled (frames.pxd), so the shifts and ors make no Python int objects
-    b0, b1, b2, frame_type, flags = data[pos], data[pos + 1], data[pos + 2], data[pos + 3], data[pos + 4]
-    b5, b6, b7, b8 = data[pos + 5], data[pos + 6], data[pos + 7], data[pos + 8]
-    length = (b0 << 16) | (b1 << 8) | b2
-    stream_id = ((b5 & 0x7F) << 24) | (b6 << 16) | (b7 << 8) | b8
-    return length, frame_type, flags, stream_id
+    length = read_u32(data, pos) >> 8  # 24 bits, then the type
+    return length, data[pos + 3], data[pos + 4], read_u32(data, pos + 5) & 0x7FFFFFFF
 
 
 def plausible(length: int, frame_type: int, flags: int, stream_id: int, max_frame: int = DEFAULT_MAX_FRAME) -> bool:

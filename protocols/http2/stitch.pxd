@@ -3,7 +3,7 @@
 # with C fields, and the session's private steps C methods (called directly, not as
 # Python methods). Every attribute the .py sets must be declared here.
 cimport cython as cy
-from protocols.http2.frames cimport check_unread, read_header
+from protocols.http2.frames cimport check_unread, read_header, read_u32
 from protocols.http2.hpack_state cimport DecodedBlock, TolerantDecoder
 from protocols.http2.types cimport Http2Exchange, Http2Message
 
@@ -79,7 +79,6 @@ cdef class Http2Session:
     cdef list _switch(self, upgrade, ts_ns, list out)
 
 
-@cy.locals(pos=Py_ssize_t, need=Py_ssize_t, take=Py_ssize_t)
-@cy.locals(flag=cy.long, b1=cy.long, b2=cy.long, b3=cy.long, b4=cy.long)
+@cy.locals(pos=Py_ssize_t, need=Py_ssize_t, take=Py_ssize_t, flag=cy.long, length=cy.long)
 cdef void _count_grpc(Http2Message message, Py_ssize_t size, chunk) except *
 cdef str _status(list headers)

@@ -64,6 +64,7 @@ from protocols.http2.frames import (
     check_unread,
     frames_plausible,
     read_header,
+    read_u32,
 )
 from protocols.http2.hpack_state import TolerantDecoder
 from protocols.http2.types import PREFACE, PROTOCOL, Http2Exchange, Http2Message
@@ -646,9 +647,8 @@ def _count_grpc(message: Http2Message, size: int, chunk: bytes | None) -> None:
             message.grpc_messages = None  # a prefix was not captured: the count is lost
             return
         if not message.grpc_prefix and pos + 5 <= len(chunk):
-            # the whole prefix in this chunk, as nearly always: read in place, byte by byte
-            # (C ints when compiled, stitch.pxd), no concatenation and no int.from_bytes
-            flag, b1, b2, b3, b4 = chunk[pos], chunk[pos + 1], chunk[pos + 2], chunk[pos + 3], chunk[pos + 4]
+            # the whole prefix in this chunk, as nearly always: read in place, no concatenation
+            flag, length = chunk[pos], read_u32(chunk, pos + 1)
             pos += 5
         else:
             need = 5 - len(message.grpc_prefix)
@@ -658,10 +658,10 @@ def _count_grpc(message: Http2Message, size: int, chunk: bytes | None) -> None:
             if len(message.grpc_prefix) < 5:
                 continue
             prefix = message.grpc_prefix
-            flag, b1, b2, b3, b4 = prefix[0], prefix[1], prefix[2], prefix[3], prefix[4]
+            flag, length = prefix[0], read_u32(prefix, 1)
             message.grpc_prefix = b""
         if flag > 1:  # the compressed flag is 0 or 1: not gRPC framing
             message.grpc_messages = None
             return
         message.grpc_messages += 1
-        message.grpc_left = (b1 << 24) | (b2 << 16) | (b3 << 8) | b4
+        message.grpc_left = length
