@@ -15,7 +15,11 @@ programs' own work:
 * ``empty-raw``: an empty program on raw_syscalls:sys_enter/sys_exit as raw tracepoints
   (one program per direction for every syscall, without the perf-buffer set-up
   that syscalls:* tracepoints do before calling BPF), what capture.c attached
-  before payload capture moved onto sock:sock_{recv,send}_length.
+  before payload capture moved onto sock:sock_{recv,send}_length;
+* ``empty-sock``: an empty program on each raw tracepoint the agent attaches for
+  every socket call and segment (sock_recv_length, sock_send_length,
+  sk_data_ready): the floor of the "all" row, what no change to the programs'
+  own work can go below.
 
     .venv/bin/python bench/probe_tax.py [--rounds 3] [--duration 5]
     OTELBPF_SOCK_TRACEPOINTS=classic .venv/bin/python bench/probe_tax.py ...  # sock_*_length as classic tracepoints
@@ -64,7 +68,13 @@ GROUPS = {
 EMPTY_SYSCALLS = "\n".join(
     f"TRACEPOINT_PROBE(syscalls, sys_{d}_{s}) {{ return 0; }}" for s in DATA_SYSCALLS for d in ("enter", "exit")
 )
-EMPTY_RAW = "RAW_TRACEPOINT_PROBE(sys_enter) { return 0; }\nRAW_TRACEPOINT_PROBE(sys_exit) { return 0; }\n"
+EMPTY_RAW_SYSCALLS = ("sys_enter", "sys_exit")
+#: the raw tracepoints capture.c attaches that fire per socket call or segment
+EMPTY_RAW_SOCK = ("sock_recv_length", "sock_send_length", "sk_data_ready")
+
+
+def empty_raw_programs(names: tuple[str, ...]) -> str:
+    return "".join(f"RAW_TRACEPOINT_PROBE({name}) {{ return 0; }}\n" for name in names)
 
 
 class Probes:
@@ -121,7 +131,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=8, help="alternations (default 8: windows vary by +-15%% on a shared VM)")
     p.add_argument("--duration", type=int, default=3, help="seconds per window (default 3)")
-    p.add_argument("--configs", help="comma-separated subset of: " + ", ".join(["none", *GROUPS, "empty-syscalls (18)", "empty-raw (2)", "otelbpf run"]) + " (prefixes work)")
+    p.add_argument("--configs", help="comma-separated subset of: " + ", ".join(["none", *GROUPS, "empty-syscalls (18)", "empty-raw (2)", "empty-sock (3)", "otelbpf run"]) + " (prefixes work)")
     p.add_argument("--output", type=Path, help="also write the results as JSON here")
     args = p.parse_args()
     bench_args = nw.parse_args(["--noise-retries", "2", "--quiet-wait", "20"])
@@ -137,32 +147,36 @@ def main() -> int:
         dummy = bench.dummy_pid()
         probes = Probes(dummy)
         empty_sys = BPF(text=EMPTY_SYSCALLS)  # auto-attached on load
-        empty_raw = BPF(text=EMPTY_RAW)
-        empties = {"empty-syscalls (18)": empty_sys, "empty-raw (2)": empty_raw}
-        # start with the empty programs detached: keep them loaded, detach their attachments
-        saved = {name: dict(b.tracepoint_fds) or dict(b.raw_tracepoint_fds) for name, b in empties.items()}
-        for b in empties.values():
+        # name -> (program, its raw tracepoints; () for the syscalls:* ones)
+        empties = {
+            "empty-syscalls (18)": (empty_sys, ()),
+            "empty-raw (2)": (BPF(text=empty_raw_programs(EMPTY_RAW_SYSCALLS)), EMPTY_RAW_SYSCALLS),
+        }
+        # sk_data_ready is Linux >= 6.6: an empty program only where the agent would attach one
+        sock_tps = tuple(tp for tp in EMPTY_RAW_SOCK if Path(f"/sys/kernel/tracing/events/sock/{tp}").is_dir())
+        empties[f"empty-sock ({len(sock_tps)})"] = (BPF(text=empty_raw_programs(sock_tps)), sock_tps)
+        saved_syscalls = list(empty_sys.tracepoint_fds)
+
+        def detach_empty(name: str) -> None:
+            b = empties[name][0]
             for tp in list(b.tracepoint_fds):
                 b.detach_tracepoint(tp)
             for tp in list(b.raw_tracepoint_fds):
                 b.detach_raw_tracepoint(tp)
 
         def attach_empty(name: str) -> int:
-            b = empties[name]
+            b, raw = empties[name]
             if b is empty_sys:
-                for tp in saved[name]:
+                for tp in saved_syscalls:
                     b.attach_tracepoint(tp=tp, fn_name=Probes._fn_name(tp))
-            else:
-                b.attach_raw_tracepoint(tp=b"sys_enter", fn_name=b"raw_tracepoint__sys_enter")
-                b.attach_raw_tracepoint(tp=b"sys_exit", fn_name=b"raw_tracepoint__sys_exit")
-            return len(saved[name]) or 2
+                return len(saved_syscalls)
+            for tp in raw:
+                b.attach_raw_tracepoint(tp=tp.encode(), fn_name=b"raw_tracepoint__" + tp.encode())
+            return len(raw)
 
-        def detach_empty(name: str) -> None:
-            b = empties[name]
-            for tp in list(b.tracepoint_fds):
-                b.detach_tracepoint(tp)
-            for tp in list(b.raw_tracepoint_fds):
-                b.detach_raw_tracepoint(tp)
+        # start with the empty programs detached: keep them loaded, detach their attachments
+        for name in empties:
+            detach_empty(name)
 
         agent_config = "otelbpf run --pid <idle> (the agent)"
         configs = ["none", *GROUPS, *empties, agent_config]
