@@ -10,6 +10,7 @@
  *   pytasks.c   CPython asyncio task steps (uprobes on PyIter_Send)
  *   calls.c     generic library call probes (uprobes): EV_CALL
  *   tls.c       TLS plaintext (uprobes on OpenSSL SSL_read/SSL_write[_ex])
+ *   profile.c   stack samples for profiles (CPU-clock perf event, sched_switch)
  *
  * Design rules (DEVELOPERS.md): tracepoints and uprobes only (no kprobes or
  * fentry on this class of kernels), no kernel struct dereferenced by header
@@ -28,3 +29,4 @@
 #include "gpu.c"
 #include "calls.c"
 #include "tls.c"
+#include "profile.c"

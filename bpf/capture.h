@@ -17,6 +17,8 @@ enum event_type {
     EV_DATAGRAM = 6,   /* one UDP datagram sent or received, with its peer */
     EV_PROC_START = 7, /* a traced process exec()ed */
     EV_CALL = 8,       /* a library call seen by the generic uprobes */
+    EV_PROFILE = 9,    /* a stack sample of a traced thread (bpf/profile.c) */
+    EV_OFFCPU_END = 10, /* a traced thread ran again after blocking (bpf/profile.c) */
 };
 
 enum direction {
@@ -113,6 +115,59 @@ struct call_info {
     __u64 launch_ns;
 };
 
+/* ---- profiles (bpf/profile.c) ---- */
+
+/* How many CPython frames a sample reads (leaf first), and how much of the
+ * user stack it copies for DWARF unwinding in user space. */
+#define PROFILE_PY_FRAMES 64
+#ifndef PROFILE_STACK_BYTES
+#define PROFILE_STACK_BYTES 32768
+#endif
+/* Words of the saved user registers (struct pt_regs on x86-64). */
+#define PROFILE_REGS 21
+
+enum profile_kind {
+    PROFILE_ON_CPU = 0,  /* the CPU-clock perf event fired on a traced thread */
+    PROFILE_OFF_CPU = 1, /* a traced thread blocked (sched_switch); its time comes with EV_OFFCPU_END */
+};
+
+enum profile_flags {
+    PF_KERNEL_MODE = 1,     /* sampled in the kernel: kernel_stack_id is set, regs are the syscall's */
+    PF_PY_NO_THREAD = 2,    /* a Python process, but no thread state known for this tid yet */
+    PF_PY_TRUNCATED = 4,    /* more Python frames than PROFILE_PY_FRAMES */
+    PF_STACK_TRUNCATED = 8, /* the stack copy stopped at PROFILE_STACK_BYTES */
+};
+
+/* Bits of py_frame.flags, from the interpreter's frame owner/entry field. */
+#define PYF_EVAL_END 1 /* the oldest Python frame of one _PyEval_EvalFrameDefault call */
+#define PYF_SHIM 2     /* a C-stack shim frame (3.12+): not shown */
+
+struct py_frame {
+    __u64 code;  /* PyCodeObject* (f_code / f_executable) */
+    __u64 instr; /* 3.11+: instruction pointer; 3.10: f_lasti */
+    __u64 flags; /* PYF_* */
+};
+
+/* EV_PROFILE: header (ts_ns, tgid, tid, task_id; captured_len = stack bytes)
+ * + this + captured_len bytes of the user stack from stack_addr up. For
+ * PROFILE_OFF_CPU, conn_id holds the switch-out time its EV_OFFCPU_END names. */
+struct profile_info {
+    __u64 stack_addr;       /* the user stack pointer at the sample */
+    __s32 kernel_stack_id;  /* in kernel_stacks, or < 0 */
+    __u16 py_count;         /* valid entries of py[] */
+    __u8 kind;              /* enum profile_kind */
+    __u8 flags;             /* enum profile_flags */
+    char comm[16];          /* the thread's name */
+    __u64 regs[PROFILE_REGS];
+    struct py_frame py[PROFILE_PY_FRAMES];
+};
+
+/* EV_OFFCPU_END: header (ts_ns = when it ran again, tgid, tid, conn_id = the
+ * switch-out time of its EV_PROFILE) + this */
+struct offcpu_end {
+    __u64 blocked_ns;
+};
+
 /* Indexes of the per-CPU counter array `stats`. */
 enum stat_index {
     STAT_LOST = 0,          /* ring buffer full: records dropped */
@@ -121,7 +176,8 @@ enum stat_index {
     STAT_MMSG_UNKNOWN = 3,  /* mmsg datagrams we could not place in their array: counted only */
     STAT_CALL_DEPTH = 4,    /* nested probed calls deeper than the per-thread stack */
     STAT_TLS_UNATTRIBUTED = 5, /* TLS plaintext with no connection to attribute it to: dropped */
-    STAT_COUNT = 6,
+    STAT_PROFILE_LOST = 6,  /* profile ring full: stack samples dropped */
+    STAT_COUNT = 7,
 };
 
 #endif

@@ -32,6 +32,7 @@ from otelbpf.sources.ebpf_layout import (
     STAT_LOST,
     STAT_MMSG_UNKNOWN,
     STAT_NO_TUPLE,
+    STAT_PROFILE_LOST,
     STAT_TLS_UNATTRIBUTED,
     RecordDecoder,
     regs_cflags,
@@ -39,6 +40,7 @@ from otelbpf.sources.ebpf_layout import (
 from otelbpf.sources import btf
 from otelbpf.sources.early_tuples import EarlyTuples
 from otelbpf.sources.uprobes import Attachment, ProbeSpec, UprobeAttacher
+from otelbpf.profiles.sampler import ProfileConfig, ProfileSampler
 
 log = logging.getLogger("otelbpf.ebpf")
 
@@ -214,6 +216,8 @@ class CaptureConfig:
     #: patterns (NAME or NAME*) and pids (with their children).
     exclude_comms: list[str] = field(default_factory=list)
     exclude_pids: list[int] = field(default_factory=list)
+    #: Stack samples for profiles (bpf/profile.c, otelbpf/profiles); hz 0 turns them off.
+    profiles: ProfileConfig = field(default_factory=lambda: ProfileConfig(hz=0))
 
     def validate(self) -> None:
         if not (self.pids or self.comms or self.trace_all):
@@ -230,6 +234,7 @@ class CaptureConfig:
         for pid in self.pids:
             if pid <= 0:
                 raise ValueError(f"--pid {pid}: not a process id")
+        self.profiles.validate()
 
 
 def pid_max() -> int:
@@ -292,6 +297,8 @@ class EbpfSource:
         self.sock_capture: SockCapture | None = None
         #: how the probes read the syscall registers: "load" or "probe" (OTELBPF_REGS_READ)
         self.regs_read = ""
+        #: stack samples for profiles (None: profiles off, or not started)
+        self.profiles: ProfileSampler | None = None
 
     # -- start-up ---------------------------------------------------------
 
@@ -318,7 +325,7 @@ class EbpfSource:
             f"-DAGENT_TGID={os.getpid()}",
             f"-DEXCLUDES={int(bool(self.config.exclude_comms or self.config.exclude_pids))}",
             "-Wno-macro-redefined",
-        ]
+        ] + self.config.profiles.cflags()
         regs_read_choice()  # a wrong OTELBPF_REGS_READ stops here, named
         try:
             cflags += regs_cflags(platform.machine())
@@ -365,6 +372,9 @@ class EbpfSource:
         except Exception as exc:  # noqa: BLE001 - BCC's per-record callback still works
             log.warning("ring buffer: cannot map it (%s): using BCC's per-record callback", exc)
             self._callback = self._bpf["events"].open_ring_buffer(self._on_record)
+        if self.config.profiles.enabled:
+            self.profiles = ProfileSampler(self._bpf, self.config.profiles, self.decoder.clock_offset_ns)
+            self.profiles.attach()
         self.probe_count = self._bpf.num_open_tracepoints() + len(self._bpf.raw_tracepoint_fds)
         specs = []
         if self.config.python_tasks:
@@ -537,6 +547,8 @@ class EbpfSource:
         if self._bpf is None or self.uprobes is None:
             return False
         self._watched.add(pid)
+        if self.profiles is not None:
+            self.profiles.watch(pid)
         tls = bool(self.tls.scan(pid)) if self.tls is not None else False
         return bool(self._report(pid, self.uprobes.scan(pid))) or tls
 
@@ -549,6 +561,8 @@ class EbpfSource:
         self._watched.discard(pid)
         self._early_tuples.forget(pid)
         self._tls_looked.pop(pid, None)
+        if self.profiles is not None:
+            self.profiles.forget(pid)
         if self.tls is not None:
             self.tls.forget(pid)
         if self.gpu is not None:
@@ -570,6 +584,8 @@ class EbpfSource:
             count += len(self._report(pid, self.uprobes.rescan(pid)))
             if self.tls is not None:
                 count += len(self.tls.scan(pid))
+        if self.profiles is not None:
+            self.profiles.rescan()
         return count
 
     def _look_for_libraries_again(self, pid: int, now: float) -> None:
@@ -686,6 +702,8 @@ class EbpfSource:
         if self._sleeper is None:
             self._sleeper = select.epoll()
             self._sleeper.register(self._bpf["events"].map_fd, select.EPOLLIN)
+            if self.profiles is not None:  # stack samples wake a sleeping agent too
+                self._sleeper.register(self.profiles.ring_fd, select.EPOLLIN)
         if interrupt_fd is not None and interrupt_fd not in self._sleeper_fds:
             self._sleeper.register(interrupt_fd, select.EPOLLIN)
             self._sleeper_fds.add(interrupt_fd)
@@ -706,6 +724,8 @@ class EbpfSource:
         now = time.monotonic()
         if now - self._last_clock_sync > 10:
             self.decoder.clock_offset_ns = monotonic_to_realtime_offset()
+            if self.profiles is not None:
+                self.profiles.decoder.clock_offset_ns = self.decoder.clock_offset_ns
             self._last_clock_sync = now
         if self._reader is not None:
             events = self._reader.drain_decoded(self.decoder)  # decoded in the ring: no copy per record
@@ -713,6 +733,10 @@ class EbpfSource:
             self._bpf.ring_buffer_consume()
             raw, self._raw = self._raw, []
             events = self.decoder.decode(raw) if raw else []
+        if self.profiles is not None:
+            samples = self.profiles.drain(consume=self._reader is not None)
+            if samples:
+                events = events + samples if events else samples
         started = self._initial_process_starts() if self._announce_initial else None
         if self.config.rescan_interval_s and now - self._last_rescan > self.config.rescan_interval_s:
             self._last_rescan = now
@@ -756,6 +780,7 @@ class EbpfSource:
             "mmsg_unknown": int(table.sum(ctypes.c_int(STAT_MMSG_UNKNOWN)).value),
             "call_depth": int(table.sum(ctypes.c_int(STAT_CALL_DEPTH)).value),
             "tls_unattributed": int(table.sum(ctypes.c_int(STAT_TLS_UNATTRIBUTED)).value),
+            "profile_lost": int(table.sum(ctypes.c_int(STAT_PROFILE_LOST)).value),
         }
 
     def close(self) -> None:

@@ -68,7 +68,8 @@ STAT_NO_TUPLE = 2
 STAT_MMSG_UNKNOWN = 3
 STAT_CALL_DEPTH = 4
 STAT_TLS_UNATTRIBUTED = 5
-STAT_COUNT = 6
+STAT_PROFILE_LOST = 6
+STAT_COUNT = 7
 
 #: Offsets in the kernel's struct pt_regs (the saved user registers of a
 #: syscall) per machine: the syscall number, the six syscall arguments and a

@@ -1,0 +1,263 @@
+"""The kernel side of profiles, seen from user space: bpf/profile.c's
+programs attached, its ring drained, its CPython maps kept filled.
+
+The eBPF source (otelbpf/sources/ebpf.py) compiles bpf/profile.c into its one
+BPF object with :meth:`ProfileConfig.cflags`, then hands the loaded object to
+a :class:`ProfileSampler`, which
+
+- attaches ``profile_on_cpu`` to the software CPU-clock perf event on every
+  CPU at ``hz`` (the hardware PMU is absent on most VMs and containers; the
+  CPU clock is what is there everywhere), and ``sched_switch`` for off-CPU
+  time when asked (compiled in only then: it runs at every context switch of
+  the host);
+- tells the kernel, per traced CPython process, where its frames are
+  (``py_procs``: offsets for its version) and which thread state each of its
+  threads has (``py_tstates``), re-reading the thread list when a sample
+  reports a thread it does not know (rate-limited), so threads started after
+  attach get Python frames within a second or so;
+- drains ``profile_events`` into :class:`~otelbpf.profiles.records.StackSampleEvent`
+  and :class:`~otelbpf.profiles.records.OffCpuEnd` events.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+from otelbpf.profiles.records import PF_PY_NO_THREAD, ProfileRecordDecoder, StackSampleEvent
+
+log = logging.getLogger("otelbpf.profiles")
+
+DEFAULT_HZ = 19
+MAX_HZ = 1000
+#: A thread list is re-read at most this often per process when samples name
+#: threads the kernel has no state for (and at every library re-scan).
+THREAD_RESCAN_S = 1.0
+
+
+class ProfileError(RuntimeError):
+    """The sampler cannot run here; the message says why and what to do."""
+
+
+@dataclass
+class ProfileConfig:
+    #: Samples per second per thread on CPU (0: no profiles).
+    hz: int = DEFAULT_HZ
+    #: Also sample threads when they block (sched_switch), and weigh by the time blocked.
+    off_cpu: bool = False
+    #: Blocks shorter than this are not reported (off-CPU).
+    off_cpu_min_ns: int = 1_000_000
+    #: Ring for stack samples, MiB (a power of two).
+    ring_mb: int = 16
+    #: Read CPython frames in the kernel.
+    python: bool = True
+
+    def validate(self) -> None:
+        if not 0 <= self.hz <= MAX_HZ:
+            raise ValueError(f"--profile-hz must be between 1 and {MAX_HZ}, got {self.hz}")
+        if self.ring_mb < 1 or self.ring_mb & (self.ring_mb - 1):
+            raise ValueError(f"--profile-ring-mb must be a power of two >= 1, got {self.ring_mb}")
+        if self.off_cpu_min_ns < 0:
+            raise ValueError("--off-cpu-min must not be negative")
+
+    @property
+    def enabled(self) -> bool:
+        return self.hz > 0
+
+    def cflags(self) -> list[str]:
+        """The -D flags that compile bpf/profile.c in (nothing when profiles are off)."""
+        if not self.enabled:
+            return []
+        pages = self.ring_mb * 1024 * 1024 // os.sysconf("SC_PAGE_SIZE")
+        return [
+            "-DPROFILES=1",
+            f"-DPROFILE_RING_PAGES={pages}",
+            f"-DPROFILE_SLOTS={2 * _possible_cpus()}",
+            f"-DOFF_CPU_SAMPLES={int(self.off_cpu)}",
+            f"-DOFF_CPU_MIN_NS={self.off_cpu_min_ns}",
+        ]
+
+
+def _possible_cpus() -> int:
+    """CPUs the kernel may bring up (the scratch slots are indexed by CPU id)."""
+    try:
+        text = open("/sys/devices/system/cpu/possible").read().strip()
+    except OSError:
+        return os.cpu_count() or 1
+    highest = 0
+    for part in text.split(","):
+        highest = max(highest, int(part.split("-")[-1]))
+    return highest + 1
+
+
+class ProfileSampler:
+    """Attached profile programs of one loaded BPF object."""
+
+    def __init__(self, bpf, config: ProfileConfig, clock_offset_ns: int) -> None:
+        self._bpf = bpf
+        self.config = config
+        self.decoder = ProfileRecordDecoder(clock_offset_ns)
+        self._raw: list[bytes] = []
+        #: pid -> the CPython process description (runtime.PythonProcess), None when not Python / unknown
+        self._python: dict[int, object] = {}
+        #: pid -> tids whose thread state is in py_tstates
+        self._tids: dict[int, set[int]] = {}
+        self._thread_scan: dict[int, float] = {}
+        self.counters = {"samples": 0, "malformed": 0, "python_processes": 0, "python_unknown_versions": 0, "thread_rescans": 0}
+
+    # -- start-up ---------------------------------------------------------
+
+    def attach(self) -> None:
+        from bcc import PerfSWConfig, PerfType
+
+        try:
+            self._bpf.attach_perf_event(
+                ev_type=PerfType.SOFTWARE,
+                ev_config=PerfSWConfig.CPU_CLOCK,
+                fn_name="profile_on_cpu",
+                sample_freq=self.config.hz,
+                cpu=-1,
+            )
+        except Exception as exc:  # BCC raises plain Exception
+            raise ProfileError(
+                f"cannot attach the CPU-clock perf event for profiles ({exc}): the kernel needs "
+                "CONFIG_PERF_EVENTS and, outside root, CAP_PERFMON; run `otelbpf doctor`, or --no-profiles"
+            ) from exc
+        self._bpf["profile_events"].open_ring_buffer(self._on_record)
+
+    @property
+    def ring_fd(self) -> int:
+        return self._bpf["profile_events"].map_fd
+
+    # -- steady state -----------------------------------------------------
+
+    def _on_record(self, _ctx, data, size) -> int:
+        self._raw.append(ctypes.string_at(data, size))
+        return 0
+
+    def drain(self, consume: bool = True) -> list:
+        """The records the kernel submitted since the last call, as events.
+        ``consume=False`` when the caller already ran BCC's ring consumer."""
+        if consume:
+            self._bpf.ring_buffer_consume()
+        raw, self._raw = self._raw, []
+        out = []
+        decode = self.decoder.decode
+        kernel_stacks: dict[int, tuple[int, ...]] = {}
+        for record in raw:
+            event = decode(record)
+            if event is None:
+                continue
+            if type(event) is StackSampleEvent:
+                self.counters["samples"] += 1
+                if event.kernel_stack_id >= 0:
+                    event.kernel_addrs = self._kernel_stack(event.kernel_stack_id, kernel_stacks)
+                if event.pid not in self._python:
+                    self.watch(event.pid)
+                elif event.flags & PF_PY_NO_THREAD:
+                    self.refresh_threads(event.pid)
+            out.append(event)
+        self.counters["malformed"] = self.decoder.malformed
+        self._release_kernel_stacks(kernel_stacks)
+        return out
+
+    def _kernel_stack(self, stack_id: int, seen: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
+        """A kernel stack's addresses, leaf first, read once per drain."""
+        addrs = seen.get(stack_id)
+        if addrs is None:
+            try:
+                addrs = tuple(self._bpf["kernel_stacks"].walk(stack_id))
+            except (KeyError, OSError):
+                addrs = ()
+            seen[stack_id] = addrs
+        return addrs
+
+    def _release_kernel_stacks(self, seen: dict[int, tuple[int, ...]]) -> None:
+        """The stack map is bounded: stacks read are deleted (a new sample of
+        the same stack stores it again)."""
+        if not seen:
+            return
+        table = self._bpf["kernel_stacks"]
+        for stack_id in seen:
+            table.pop(ctypes.c_int(stack_id), None)
+
+    # -- CPython processes ------------------------------------------------
+
+    def watch(self, pid: int) -> None:
+        """First sight of a traced process: if it runs a CPython whose frames
+        we know how to read, tell the kernel where they are."""
+        if pid in self._python or not self.config.python:
+            return
+        self._python[pid] = None
+        try:
+            from otelbpf.profiles.python.runtime import find_python
+
+            proc = find_python(pid)
+        except Exception as exc:  # noqa: BLE001 - a process we cannot read is profiled natively
+            log.debug("profiles: pid %d: cannot inspect for CPython: %s", pid, exc)
+            return
+        if proc is None:
+            return
+        if proc.offsets is None:
+            self.counters["python_unknown_versions"] += 1
+            log.info("profiles: pid %d: %s: native frames only", pid, proc.reason)
+            return
+        self._python[pid] = proc
+        self.counters["python_processes"] += 1
+        table = self._bpf["py_procs"]
+        table[ctypes.c_uint32(pid)] = table.Leaf.from_buffer_copy(proc.offsets.to_bytes())
+        self.refresh_threads(pid, force=True)
+
+    def python_process(self, pid: int):
+        return self._python.get(pid)
+
+    def refresh_threads(self, pid: int, force: bool = False) -> None:
+        """Re-read ``pid``'s interpreter thread list into py_tstates (rate-limited)."""
+        proc = self._python.get(pid)
+        if proc is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._thread_scan.get(pid, 0.0) < THREAD_RESCAN_S:
+            return
+        self._thread_scan[pid] = now
+        self.counters["thread_rescans"] += 1
+        from otelbpf.profiles.python.threads import thread_states
+
+        try:
+            states = thread_states(proc)
+        except Exception as exc:  # noqa: BLE001 - the process may be exiting
+            log.debug("profiles: pid %d: thread list unreadable: %s", pid, exc)
+            return
+        table = self._bpf["py_tstates"]
+        old = self._tids.get(pid, set())
+        for tid in old - states.keys():
+            table.pop(ctypes.c_uint32(tid), None)
+        for tid, tstate in states.items():
+            table[ctypes.c_uint32(tid)] = ctypes.c_uint64(tstate)
+        self._tids[pid] = set(states)
+
+    def rescan(self) -> None:
+        """Periodic: thread lists of every CPython process (threads that
+        ended), and the entries of processes gone without an exit event."""
+        for pid, proc in list(self._python.items()):
+            if not os.path.exists(f"/proc/{pid}"):
+                self.forget(pid)
+            elif proc is not None:
+                self.refresh_threads(pid)
+
+    def forget(self, pid: int) -> None:
+        """The process exited: its kernel entries go."""
+        proc = self._python.pop(pid, None)
+        self._thread_scan.pop(pid, None)
+        if proc is None:
+            return
+        self._bpf["py_procs"].pop(ctypes.c_uint32(pid), None)
+        table = self._bpf["py_tstates"]
+        for tid in self._tids.pop(pid, ()):
+            table.pop(ctypes.c_uint32(tid), None)
+
+    def kernel_symbol(self, address: int) -> str:
+        return self._bpf.ksym(address).decode("utf-8", "replace")
