@@ -70,4 +70,18 @@ def extensions() -> list[Extension]:
         return []
 
 
-setup(ext_modules=extensions())
+def native_extensions() -> list[Extension]:
+    """The native stack unwinder (profiles), plain C over elfutils' libdw; optional
+    like the Cython modules unless the compiled path is required."""
+    return [
+        Extension(
+            "otelbpf.profiles.native._dwunwind",
+            ["otelbpf/profiles/native/_dwunwind.c"],
+            libraries=["dw", "elf", "stdc++"],
+            extra_compile_args=["-O2", "-std=gnu11"],
+            optional=not _required(),
+        )
+    ]
+
+
+setup(ext_modules=extensions() + native_extensions())

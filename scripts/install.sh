@@ -39,6 +39,8 @@ packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-li
           golang-go                    # tests/test_deploy.py renders the Helm chart with Go templates (no helm here)
           make                         # builds examples/cuda_standin and examples/fastdds
           g++ libfastrtps-dev          # examples/fastdds: tests/test_ebpf_fastdds.py's Fast DDS nodes
+          libdw-dev libelf-dev         # otelbpf/profiles/native: DWARF CFI unwinding of sampled stacks (elfutils' libdw)
+          chromium                     # tests/test_profiles_flamegraph.py opens the flame graph headless
           gcc libc6-dev python3-dev)   # the last three build the Cython extensions
 missing=()
 for p in "${packages[@]}"; do
@@ -87,6 +89,8 @@ for m in $compiled; do
         [ -e "$f" ] && compiled_sources+=("$f")
     done
 done
+# The native unwinder of profiles is plain C (setup.py native_extensions), checked alike.
+compiled_sources+=("$here/otelbpf/profiles/native/_dwunwind.c")
 # Each listed module must import as its extension, built after its sources changed.
 check_compiled='
 import importlib, importlib.machinery, os, sys
