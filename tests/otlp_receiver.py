@@ -1,4 +1,4 @@
-"""A real OTLP receiver for tests: gRPC and HTTP/protobuf, traces and metrics.
+"""A real OTLP receiver for tests: gRPC and HTTP/protobuf, traces, metrics and profiles.
 
 It decodes the official ``opentelemetry-proto`` messages, so whatever it
 records is what a Collector would have received. Use it from any test, in
@@ -36,12 +36,16 @@ import grpc
 import pytest
 from google.protobuf.message import DecodeError
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
+from opentelemetry.proto.collector.profiles.v1development import profiles_service_pb2, profiles_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 ExportTraceServiceRequest = trace_service_pb2.ExportTraceServiceRequest
 ExportMetricsServiceRequest = metrics_service_pb2.ExportMetricsServiceRequest
+ExportProfilesServiceRequest = profiles_service_pb2.ExportProfilesServiceRequest
+#: OTLP/HTTP path of each signal the receiver serves.
+PROFILES_PATH = "/v1development/profiles"
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -108,6 +112,7 @@ class OtlpReceiver:
         self._trace_requests: list[ExportTraceServiceRequest] = []
         self._trace_headers: list[dict[str, str]] = []
         self._metric_requests: list[ExportMetricsServiceRequest] = []
+        self._profile_requests: list[ExportProfilesServiceRequest] = []
         self._failures = _InjectedFailures()
         self._grpc_server: grpc.Server | None = None
         self._http_server: ThreadingHTTPServer | None = None
@@ -164,6 +169,18 @@ class OtlpReceiver:
         with self._lock:
             return list(self._metric_requests)
 
+    @property
+    def profile_requests(self) -> list[ExportProfilesServiceRequest]:
+        """Profiles requests (gRPC ProfilesService/Export or HTTP POST /v1development/profiles), decoded."""
+        with self._lock:
+            return list(self._profile_requests)
+
+    def wait_for_profile_requests(self, count: int = 1, timeout: float = 10.0) -> list[ExportProfilesServiceRequest]:
+        self._wait(lambda: len(self._profile_requests) >= count, timeout)
+        requests = self.profile_requests
+        assert len(requests) >= count, f"expected {count} profiles requests within {timeout}s, got {len(requests)}"
+        return requests
+
     def spans(self) -> list[ReceivedSpan]:
         return list(_flatten(self.trace_requests))
 
@@ -194,6 +211,7 @@ class OtlpReceiver:
             self._trace_requests.clear()
             self._trace_headers.clear()
             self._metric_requests.clear()
+            self._profile_requests.clear()
 
     # --- failure injection --------------------------------------------------------
 
@@ -228,6 +246,11 @@ class OtlpReceiver:
             self._metric_requests.append(request)
             self._arrived.notify_all()
 
+    def _record_profiles(self, request: ExportProfilesServiceRequest) -> None:
+        with self._arrived:
+            self._profile_requests.append(request)
+            self._arrived.notify_all()
+
     # --- servers --------------------------------------------------------------------
 
     def _start_grpc(self, port: int) -> None:
@@ -236,6 +259,7 @@ class OtlpReceiver:
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_GrpcTraceService(self), server)
         if self.serve_metrics:
             metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_GrpcMetricsService(self), server)
+        profiles_service_pb2_grpc.add_ProfilesServiceServicer_to_server(_GrpcProfilesService(self), server)
         bound = server.add_insecure_port(f"{self.host}:{port}")
         if not bound:
             raise OSError(f"gRPC receiver could not bind {self.host}:{port}")
@@ -286,13 +310,25 @@ class _GrpcMetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
         return metrics_service_pb2.ExportMetricsServiceResponse()
 
 
+class _GrpcProfilesService(profiles_service_pb2_grpc.ProfilesServiceServicer):
+    def __init__(self, receiver: OtlpReceiver) -> None:
+        self._receiver = receiver
+
+    def Export(self, request: ExportProfilesServiceRequest, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        failure = self._receiver._take_injected_failure()
+        if failure is not None:
+            context.abort(failure.grpc_code, "injected failure")
+        self._receiver._record_profiles(request)
+        return profiles_service_pb2.ExportProfilesServiceResponse()
+
+
 def _http_handler_for(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive, as exporters reuse connections
 
         def do_POST(self) -> None:  # noqa: N802
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            if self.path not in ("/v1/traces", "/v1/metrics") or (self.path == "/v1/metrics" and not receiver.serve_metrics):
+            if self.path not in ("/v1/traces", "/v1/metrics", PROFILES_PATH) or (self.path == "/v1/metrics" and not receiver.serve_metrics):
                 return self._reply(HTTPStatus.NOT_FOUND)
             if not (self.headers.get("Content-Type") or "").startswith("application/x-protobuf"):
                 return self._reply(HTTPStatus.UNSUPPORTED_MEDIA_TYPE)
@@ -304,17 +340,18 @@ def _http_handler_for(receiver: OtlpReceiver) -> type[BaseHTTPRequestHandler]:
                 self._record(payload)
             except (DecodeError, OSError, zlib.error, EOFError):
                 return self._reply(HTTPStatus.BAD_REQUEST)
-            response = (
-                trace_service_pb2.ExportTraceServiceResponse()
-                if self.path == "/v1/traces"
-                else metrics_service_pb2.ExportMetricsServiceResponse()
-            )
+            response = {
+                "/v1/traces": trace_service_pb2.ExportTraceServiceResponse,
+                PROFILES_PATH: profiles_service_pb2.ExportProfilesServiceResponse,
+            }.get(self.path, metrics_service_pb2.ExportMetricsServiceResponse)()
             self._reply(HTTPStatus.OK, response.SerializeToString())
 
         def _record(self, payload: bytes) -> None:
             if self.path == "/v1/traces":
                 headers = {key.lower(): value for key, value in self.headers.items()}
                 receiver._record_traces(ExportTraceServiceRequest.FromString(payload), headers)
+            elif self.path == PROFILES_PATH:
+                receiver._record_profiles(ExportProfilesServiceRequest.FromString(payload))
             else:
                 receiver._record_metrics(ExportMetricsServiceRequest.FromString(payload))
 
