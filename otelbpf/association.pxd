@@ -31,6 +31,7 @@ cdef class Linker:
     cdef public object _sent_messages
     cdef public object _unsent_messages
     cdef public list window_observers
+    cdef public list answer_observers
 
     @cy.locals(start=SpanStart)
     cpdef SpanStart start(self, Connection conn, exchange, kind, pid, tid, ts_ns, task_id=*)

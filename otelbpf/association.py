@@ -170,6 +170,9 @@ class Linker:
         #: closes (``closed(start, ts_ns)``): GPU engine steps link the
         #: requests in flight (otelbpf/semantics/gpu_steps.py).
         self.window_observers: list = []
+        #: Told when an asyncio task answers a request (``answered(start, ts_ns,
+        #: task_id)``): profiles link that task's samples to it.
+        self.answer_observers: list = []
 
     # -- starts -----------------------------------------------------------------
 
@@ -420,6 +423,9 @@ class Linker:
         ``task_id``). Returns groups whose pending decisions are now all made."""
         if start.kind in _RECEIVING:
             settled = self._answer_task_calls(start, ts_ns, task_id) if task_id else []
+            if task_id and self.answer_observers:
+                for observer in self.answer_observers:
+                    observer.answered(start, ts_ns, task_id)
             if start.awaits_client is not None:
                 self._stop_awaiting_client(start)
             self._close_window(start)
@@ -519,6 +525,32 @@ class Linker:
         for call in state.task_calls:
             settled.extend(self._decide(call, None))
         return settled
+
+    def serving(self, pid: int, tid: int, task_id: int = 0) -> SpanStart | None:
+        """The request ``tid`` is serving now, for a profile sample: the one
+        window open on the thread, or the request whose own task is running
+        (``task_id``, when the task that read the request is the one running);
+        None when no window or several could be meant (an unlinked sample is
+        better than a wrong one). Unlike a library call, the process rule does
+        not apply: another thread's request is no evidence."""
+        state = self._processes.get(pid)
+        if state is None or state.open_count == 0:
+            return None
+        if task_id:
+            for windows in state.by_thread.values():
+                for window in windows:
+                    if window.task_id == task_id:
+                        return window
+            return None
+        windows = state.by_thread.get(tid)
+        if windows and len(windows) == 1:
+            return windows[0]
+        return None
+
+    def serves_requests(self, pid: int) -> bool:
+        """Does ``pid`` have a request window open?"""
+        state = self._processes.get(pid)
+        return state is not None and state.open_count > 0
 
     def open_requests(self):
         """Every receiving span whose window is open, for an observer that starts late."""

@@ -138,6 +138,10 @@ class Pipeline:
         #: ``everything=True`` when the agent stops: work that ends by time
         #: (GPU engine steps, otelbpf/semantics/gpu_steps.py).
         self.tick_hooks: list[Callable[[int, bool], None]] = []
+        #: Called with a pid after a traced process exited (and the source forgot it).
+        self.exit_hooks: list[Callable[[int], None]] = []
+        #: Called when the agent stops, after every connection ended (profiles export what they hold).
+        self.finish_hooks: list[Callable[[], None]] = []
         #: The handler of each event family: a new family is a new entry here.
         self._handlers: dict[type, Callable] = {
             DataEvent: self._on_data,
@@ -150,6 +154,11 @@ class Pipeline:
             CallEvent: self._on_call,
             LostEvents: self._on_lost,
         }
+
+    def add_handler(self, event_type: type, handler: Callable) -> None:
+        """Handle events of ``event_type`` (a family from outside the core, e.g.
+        profiles' stack samples) with ``handler``, in event order like the others."""
+        self._handlers[event_type] = handler
 
     def observe_progress(
         self, protocol: str, observer: ProgressObserver, wants: ProgressFilter | None = None
@@ -258,6 +267,8 @@ class Pipeline:
         self.resources.mark_exited(event.pid)
         if self.on_process_exit is not None:
             self.on_process_exit(event.pid)
+        for hook in self.exit_hooks:
+            hook(event.pid)
         self.last_ts_ns = event.ts_ns
 
     def _on_lost(self, event: LostEvents) -> None:
@@ -302,6 +313,8 @@ class Pipeline:
         for tick in self.tick_hooks:
             tick(self.last_ts_ns, True)
         self._count_spans()
+        for hook in self.finish_hooks:
+            hook()
 
     def _count_spans(self) -> None:
         if self._spans_built:

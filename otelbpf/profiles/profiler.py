@@ -1,0 +1,207 @@
+"""Stack samples in the pipeline: linked to the span they served, built into
+stacks, handed to the exporters once per interval.
+
+The sampler's events travel with the socket events through the reorder
+window, so the pipeline handles a sample after every event that came before
+it: the linker's request windows are then what they were at the sample's
+instant, and the sample is linked by the rules the spans use
+(:meth:`otelbpf.association.Linker.serving`):
+
+- the one request window open on the sample's thread: its SERVER span;
+- a sample taken in an asyncio task step: the request that task answers.
+  That is known only when the response is written (the task that reads a
+  request is often not the one that answers it), so such samples wait for
+  the answer (:meth:`Profiler.answered`), bounded in number and time, and
+  go unlinked if none comes;
+- otherwise, no link: an unlinked sample is better than a wrong one.
+
+Links are read when the interval is exported, so a trace that merged into
+another meanwhile (a late client) is named by its final trace id.
+
+Off-CPU samples are taken when a thread blocks; the time it stayed blocked
+arrives with the :class:`~otelbpf.profiles.records.OffCpuEnd` of the same
+switch. Blocks shorter than the minimum never get one: the newest sample per
+thread is kept, and replaced by the thread's next block.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import OrderedDict
+
+from otelbpf.profiles.model import Sample
+from otelbpf.profiles.records import PROFILE_OFF_CPU, OffCpuEnd, StackSampleEvent
+from otelbpf.profiles.stacks import StackBuilder
+from otelbpf.profiles.types import OFF_CPU, cpu_type
+
+log = logging.getLogger("otelbpf.profiles")
+
+#: Samples of asyncio tasks waiting to learn which request their task answers.
+MAX_TASK_SAMPLES = 4096
+#: ... and for how long (event clock) before they go unlinked.
+TASK_SAMPLE_WAIT_NS = 30_000_000_000
+#: Off-CPU samples waiting for their thread to run again (one per thread).
+MAX_BLOCKED_THREADS = 4096
+#: Samples held for one export interval; beyond, they are counted and dropped.
+MAX_INTERVAL_SAMPLES = 200_000
+
+
+class Profiler:
+    def __init__(self, sampler, exporters, resources, counters, hz: int, interval_s: float = 10.0, builder=None) -> None:
+        self.sampler = sampler
+        self.exporters = list(exporters)
+        self.resources = resources
+        self.counters = counters
+        self.interval_ns = int(interval_s * 1e9)
+        self.cpu = cpu_type(hz)
+        self.builder = builder if builder is not None else StackBuilder(sampler)
+        self.linker = None
+        #: (sample, SpanStart or None), in arrival order, for the current interval
+        self._interval: list[tuple[Sample, object]] = []
+        #: (pid, task id) -> [(sample, ts_ns)] awaiting the request their task answers
+        self._by_task: OrderedDict[tuple[int, int], list[Sample]] = OrderedDict()
+        self._task_samples = 0
+        #: tid -> (off-CPU sample event, SpanStart or None) awaiting its OffCpuEnd
+        self._blocked: OrderedDict[int, tuple[StackSampleEvent, object]] = OrderedDict()
+        self._interval_start_ns = time.time_ns()
+        self._last_clock_ns = 0
+
+    def attach(self, pipeline) -> None:
+        """Handle the sampler's events in ``pipeline`` and export on its clock."""
+        self.linker = pipeline.linker
+        pipeline.add_handler(StackSampleEvent, self.on_sample)
+        pipeline.add_handler(OffCpuEnd, self.on_offcpu_end)
+        pipeline.linker.answer_observers.append(self)
+        pipeline.tick_hooks.append(self.tick)
+        pipeline.exit_hooks.append(self.forget)
+        pipeline.finish_hooks.append(self.close)
+
+    # -- samples ----------------------------------------------------------
+
+    def on_sample(self, event: StackSampleEvent) -> None:
+        self._last_clock_ns = max(self._last_clock_ns, event.ts_ns)
+        start = self.linker.serving(event.pid, event.tid, event.task_id)
+        if event.kind == PROFILE_OFF_CPU:
+            self._hold_blocked(event, start)
+            return
+        self._add(event, self.cpu, (1,), start)
+
+    def on_offcpu_end(self, end: OffCpuEnd) -> None:
+        held = self._blocked.pop(end.tid, None)
+        if held is None or held[0].switch_out_ns != end.switch_out_ns:
+            self.counters.add("otelbpf.profiles.offcpu.unmatched")
+            if held is not None:
+                self._blocked[end.tid] = held
+            return
+        event, start = held
+        self._add(event, OFF_CPU, (end.blocked_ns,), start)
+
+    def _hold_blocked(self, event: StackSampleEvent, start) -> None:
+        if self._blocked.pop(event.tid, None) is not None:
+            self.counters.add("otelbpf.profiles.offcpu.short")  # woke before the minimum
+        self._blocked[event.tid] = (event, start)
+        if len(self._blocked) > MAX_BLOCKED_THREADS:
+            self._blocked.popitem(last=False)
+            self.counters.add("otelbpf.profiles.offcpu.evicted")
+
+    def _add(self, event: StackSampleEvent, profile, values: tuple[int, ...], start) -> None:
+        if len(self._interval) >= MAX_INTERVAL_SAMPLES:
+            self.counters.add("otelbpf.profiles.samples.dropped")
+            return
+        sample = Sample(
+            profile, event.pid, event.tid, event.ts_ns, self.builder.frames(event), values, thread_name=event.comm
+        )
+        self.counters.add("otelbpf.profiles.samples", label=profile.id)
+        if start is None and event.task_id and self.linker.serves_requests(event.pid):
+            self._await_task(sample, event.task_id)
+            return
+        self._interval.append((sample, start))
+
+    # -- asyncio tasks ----------------------------------------------------
+
+    def _await_task(self, sample: Sample, task_id: int) -> None:
+        key = (sample.pid, task_id)
+        waiting = self._by_task.get(key)
+        if waiting is None:
+            waiting = self._by_task[key] = []
+        waiting.append(sample)
+        self._task_samples += 1
+        if self._task_samples > MAX_TASK_SAMPLES:
+            self._release_tasks(everything=False, oldest=True)
+
+    def answered(self, start, ts_ns: int, task_id: int) -> None:
+        """The Linker's hook: ``task_id`` wrote the response of ``start``'s
+        request at ``ts_ns``; its samples since the request began are that
+        request's."""
+        waiting = self._by_task.get((start.pid, task_id))
+        if not waiting:
+            return
+        keep = []
+        for sample in waiting:
+            if start.start_ns <= sample.time_unix_nano <= ts_ns:
+                self._interval.append((sample, start))
+                self._task_samples -= 1
+            else:
+                keep.append(sample)
+        if keep:
+            self._by_task[(start.pid, task_id)] = keep
+        else:
+            del self._by_task[(start.pid, task_id)]
+
+    def _release_tasks(self, everything: bool, oldest: bool = False) -> None:
+        """Task samples whose answer did not come go unlinked."""
+        cutoff = self._last_clock_ns - TASK_SAMPLE_WAIT_NS
+        for key in list(self._by_task):
+            waiting = self._by_task[key]
+            if everything or oldest or waiting[-1].time_unix_nano < cutoff:
+                del self._by_task[key]
+                self._task_samples -= len(waiting)
+                self.counters.add("otelbpf.profiles.samples.unanswered", len(waiting))
+                self._interval.extend((sample, None) for sample in waiting)
+                if oldest:
+                    return
+
+    # -- export -----------------------------------------------------------
+
+    def tick(self, ts_ns: int, everything: bool) -> None:
+        """The pipeline's clock moved: export the interval when it is due."""
+        self._last_clock_ns = max(self._last_clock_ns, ts_ns)
+        if everything or ts_ns - self._interval_start_ns >= self.interval_ns:
+            self.flush(ts_ns, everything)
+
+    def flush(self, now_ns: int | None = None, everything: bool = False) -> None:
+        now_ns = now_ns or time.time_ns()
+        self._release_tasks(everything)
+        interval, self._interval = self._interval, []
+        start_ns, self._interval_start_ns = self._interval_start_ns, now_ns
+        if not interval:
+            return
+        samples = [_linked(sample, start) for sample, start in interval]
+        resources = {pid: dict(self.resources.attributes(pid)) for pid in {s.pid for s in samples}}
+        for exporter in self.exporters:
+            try:
+                exporter.export(samples, resources)
+            except Exception:  # noqa: BLE001 - one sink failing must not stop the others
+                log.exception("profiles: exporter %s failed", type(exporter).__name__)
+        log.debug("profiles: exported %d samples of %.1f s", len(samples), (now_ns - start_ns) / 1e9)
+
+    def forget(self, pid: int) -> None:
+        self.builder.forget(pid)
+
+    def close(self) -> None:
+        """The agent stops: what is held leaves, and the exporters finish (the flame graph is written)."""
+        self.flush(everything=True)
+        for exporter in self.exporters:
+            try:
+                exporter.shutdown()
+            except Exception:  # noqa: BLE001
+                log.exception("profiles: exporter %s failed to shut down", type(exporter).__name__)
+
+
+def _linked(sample: Sample, start) -> Sample:
+    """The sample with the trace and span ids of ``start`` (read now: final)."""
+    if start is not None:
+        sample.trace_id = start.trace_id
+        sample.span_id = start.span_id
+    return sample
