@@ -11,6 +11,7 @@ import time
 
 from otelbpf import __version__, gctune
 from otelbpf.otlp import OTLP_TRANSPORTS
+from otelbpf.profiles.sampler import DEFAULT_HZ as DEFAULT_PROFILE_HZ, MAX_HZ as MAX_PROFILE_HZ
 from otelbpf.semantics import gpu_steps
 
 log = logging.getLogger("otelbpf")
@@ -87,6 +88,53 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="export LLM prompt and completion text (gen_ai.input/output.messages, truncated; off by default)",
     )
+
+
+def _add_profile_options(p: argparse.ArgumentParser) -> None:
+    prof = p.add_argument_group(
+        "profiles (CPU flame graphs of traced processes, each sample linked to its request span; docs/profiles.md)"
+    )
+    prof.add_argument(
+        "--profile-hz",
+        type=_profile_hz,
+        default=DEFAULT_PROFILE_HZ,
+        metavar="HZ",
+        help=f"on-CPU stack samples per second per thread, 1..{MAX_PROFILE_HZ} (default {DEFAULT_PROFILE_HZ})",
+    )
+    prof.add_argument("--no-profiles", action="store_true", help="take no stack samples (no profiles)")
+    prof.add_argument(
+        "--off-cpu",
+        action="store_true",
+        help="also profile time blocked (sched_switch: a stack copy each time a traced thread blocks)",
+    )
+    prof.add_argument(
+        "--off-cpu-min",
+        type=_duration_ns,
+        default=1_000_000,
+        metavar="DURATION",
+        help="with --off-cpu, blocks shorter than this are not reported (default 1ms)",
+    )
+    prof.add_argument(
+        "--profile-interval",
+        type=_positive_float,
+        default=10.0,
+        metavar="SECONDS",
+        help="export the profiles gathered this often (default 10)",
+    )
+    prof.add_argument("--profiles-json-file", metavar="PATH", help="write OTLP JSON, one ExportProfilesServiceRequest per line")
+    prof.add_argument("--pprof-dir", metavar="DIR", help="write a gzipped pprof file per process and profile type each interval")
+    prof.add_argument(
+        "--flamegraph",
+        metavar="FILE.html",
+        help="write an interactive flame graph page at exit (with no profile output given: beside the traces file)",
+    )
+
+
+def _profile_hz(text: str) -> int:
+    value = _positive_int(text)
+    if value > MAX_PROFILE_HZ:
+        raise argparse.ArgumentTypeError(f"at most {MAX_PROFILE_HZ} samples per second, got {value}")
+    return value
 
 
 def _add_exclusion_options(p: argparse.ArgumentParser) -> None:
@@ -202,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
         "counted in otelbpf.events.discarded): what the kernel capture alone costs the traced app",
     )
     _add_output_options(run)
+    _add_profile_options(run)
 
     replay = sub.add_parser("replay", help="run the same pipeline on a pcap/pcapng capture")
     replay.add_argument("pcap", help="capture file (pcap or pcapng)")
@@ -334,6 +383,49 @@ def build_consumer(args, resources, counters, default_to_console: bool = True):
     return MeteredProcessor(processor, span_metrics, exporter), exporter
 
 
+def profile_config(args):
+    """What the profile options ask the kernel for (``hz`` 0: no profiles)."""
+    from otelbpf.profiles.sampler import ProfileConfig
+
+    return ProfileConfig(
+        hz=0 if args.no_profiles else args.profile_hz,
+        off_cpu=args.off_cpu and not args.no_profiles,
+        off_cpu_min_ns=args.off_cpu_min,
+    )
+
+
+def default_flamegraph_path(args) -> str:
+    """Beside the traces file: otelbpf-traces.json -> otelbpf-traces.flamegraph.html."""
+    traces = getattr(args, "json_file", None) or DEFAULT_JSON_FILE
+    stem = traces[: -len(".json")] if traces.endswith(".json") else traces
+    return stem + ".flamegraph.html"
+
+
+def build_profile_exporters(args, counters):
+    """The profile exporters the options ask for, on a thread of their own.
+    OTLP profiles go wherever OTLP traces go (unless OTEL_PROFILES_EXPORTER=none);
+    with no profile output at all, the flame graph is written beside the traces
+    file. Returns (exporter or None, the flame graph path or None)."""
+    from otelbpf.profiles.export import BackgroundExporter, make_profile_exporters
+
+    otlp = wants_otlp(args) and os.environ.get("OTEL_PROFILES_EXPORTER", "").strip().lower() != "none"
+    flamegraph = args.flamegraph
+    if not (otlp or args.profiles_json_file or args.pprof_dir or flamegraph):
+        flamegraph = default_flamegraph_path(args)
+    if args.pprof_dir:
+        os.makedirs(args.pprof_dir, exist_ok=True)
+    exporters = make_profile_exporters(
+        otlp_endpoint=args.otlp_endpoint if otlp else None,
+        otlp_protocol=args.otlp_protocol if otlp else None,
+        otlp=otlp,
+        json_file=args.profiles_json_file,
+        pprof_dir=args.pprof_dir,
+        flamegraph_file=flamegraph,
+        counters=counters,
+    )
+    return BackgroundExporter(exporters, counters=counters), flamegraph
+
+
 def yield_cpu(niceness: int) -> None:
     """Lower the agent's scheduling priority to ``niceness`` (Linux applies it
     to this thread and to the threads it creates later). On a core shared with
@@ -389,6 +481,7 @@ def cmd_run(args) -> int:
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
+    from otelbpf.profiles.sampler import ProfileError
     from otelbpf.semantics import SpanOptions
     from otelbpf.exclusions import ExcludingSource
     from otelbpf.health import HealthServer, Heartbeat
@@ -415,6 +508,7 @@ def cmd_run(args) -> int:
         gpu_launch_time=args.gpu_launch_time,
         exclude_comms=exclusions.comms,
         exclude_pids=exclusions.pids,
+        profiles=profile_config(args),
     )
     try:
         config.validate()
@@ -447,6 +541,15 @@ def cmd_run(args) -> int:
     log.info("otelbpf: never traced: the agent; %s", exclusions.describe())
     options = SpanOptions(include_query=args.include_query_strings, capture_genai_content=args.capture_genai_content)
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
+    if config.profiles.enabled:
+        try:
+            profile_exporter, flamegraph = build_profile_exporters(args, counters)
+        except (ValueError, OSError) as exc:
+            print(f"otelbpf: profiles output: {exc}", file=sys.stderr)
+            consumer.shutdown(1.0)
+            return 2
+        if flamegraph:
+            log.info("otelbpf: the flame graph will be written to %s at exit", flamegraph)
     gpu_steps.configure(pipeline, args)
     gpu_state = gpu.state_of(pipeline)
     if gpu_state is not None:
@@ -469,14 +572,21 @@ def cmd_run(args) -> int:
     started = time.monotonic()
     try:
         probes = source.start()
-    except CaptureError as exc:
+    except (CaptureError, ProfileError) as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
         consumer.shutdown(1.0)
+        if config.profiles.enabled:
+            profile_exporter.shutdown(1.0)
         remove_empty_outputs(args)
         if health is not None:
             health.close()
         return 1
     source.ready = True
+    if config.profiles.enabled:
+        from otelbpf.profiles.profiler import Profiler
+
+        Profiler(ebpf.profiles, [profile_exporter], resources, counters, config.profiles.hz,
+                 interval_s=args.profile_interval).attach(pipeline)  # fmt: skip
     gctune.tune()  # start-up is over: fewer cycle collections on the hot path (otelbpf/gctune.py)
     log.info("otelbpf: tracing, %d probes attached (%.1fs)", probes, time.monotonic() - started)
     try:

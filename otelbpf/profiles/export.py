@@ -30,6 +30,7 @@ import json
 import logging
 import os
 import threading
+from collections import deque
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -344,3 +345,53 @@ def make_profile_exporters(
     if flamegraph_file:
         exporters.append(FlameGraphExporter(flamegraph_file, counters=counters))
     return exporters
+
+
+class BackgroundExporter(ProfileExporter):
+    """Runs other exporters on a thread of their own.
+
+    The profiler hands an interval over on the pipeline's thread; encoding it
+    and a collector that takes its time (or is down, up to the transport's
+    timeout) must not hold up the spans. At most ``max_pending`` intervals
+    wait; past that the oldest is dropped and counted."""
+
+    def __init__(self, exporters: Sequence[ProfileExporter], *, max_pending: int = 4, counters: Any = None) -> None:
+        super().__init__(counters=counters)
+        self.name = "background"
+        self.exporters = list(exporters)
+        self._pending: deque = deque()
+        self._max_pending = max_pending
+        self._cond = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="otelbpf-profiles-export", daemon=True)
+        self._thread.start()
+
+    def _export(self, samples: Sequence[Sample], resources: Resources) -> bool:
+        with self._cond:
+            if len(self._pending) >= self._max_pending:
+                dropped, _ = self._pending.popleft()
+                if self._counters is not None:
+                    self._counters.add("otelbpf.profiles.export.dropped", len(dropped))
+            self._pending.append((list(samples), dict(resources)))
+            self._cond.notify()
+        return True
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._closed:
+                    self._cond.wait()
+                if not self._pending:
+                    return
+                samples, resources = self._pending.popleft()
+            for exporter in self.exporters:
+                exporter.export(samples, resources)
+
+    def shutdown(self, timeout_s: float = 10.0) -> None:
+        """Export what waits, then shut the exporters down (the flame graph is written then)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self._thread.join(timeout_s)
+        for exporter in self.exporters:
+            exporter.shutdown()
