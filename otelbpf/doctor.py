@@ -534,6 +534,9 @@ def run_checks() -> list[Check]:
         checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
         checks += check_tls()
         checks += check_gpu()
+        from otelbpf.profiles import doctor as profiles_doctor
+
+        checks += profiles_doctor.run_checks()
     checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers()]
     checks += [check_process_identity(), check_dds_shared_memory()]
     return checks
