@@ -268,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--otlp-endpoint", metavar="URL", help="also send OTLP here")
     demo.add_argument("--otlp-protocol", choices=OTLP_TRANSPORTS)
     demo.add_argument("--metrics-json-file", metavar="PATH", help="also write the metrics as OTLP JSON lines here")
+    demo.add_argument("--flamegraph", metavar="FILE.html", help="the flame graph page (default: beside the JSON file)")
     demo.add_argument("--dds", action="store_true", help="also run a camera -> detector -> planner DDS pipeline (needs cyclonedds)")
     return parser
 
@@ -409,17 +410,19 @@ def build_profile_exporters(args, counters):
     from otelbpf.profiles.export import BackgroundExporter, make_profile_exporters
 
     otlp = wants_otlp(args) and os.environ.get("OTEL_PROFILES_EXPORTER", "").strip().lower() != "none"
-    flamegraph = args.flamegraph
-    if not (otlp or args.profiles_json_file or args.pprof_dir or flamegraph):
+    flamegraph = getattr(args, "flamegraph", None)
+    json_file = getattr(args, "profiles_json_file", None)
+    pprof_dir = getattr(args, "pprof_dir", None)
+    if not (otlp or json_file or pprof_dir or flamegraph):
         flamegraph = default_flamegraph_path(args)
-    if args.pprof_dir:
-        os.makedirs(args.pprof_dir, exist_ok=True)
+    if pprof_dir:
+        os.makedirs(pprof_dir, exist_ok=True)
     exporters = make_profile_exporters(
         otlp_endpoint=args.otlp_endpoint if otlp else None,
         otlp_protocol=args.otlp_protocol if otlp else None,
         otlp=otlp,
-        json_file=args.profiles_json_file,
-        pprof_dir=args.pprof_dir,
+        json_file=json_file,
+        pprof_dir=pprof_dir,
         flamegraph_file=flamegraph,
         counters=counters,
     )

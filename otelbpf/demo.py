@@ -32,9 +32,11 @@ import threading
 import time
 from pathlib import Path
 
-from otelbpf.cli import build_consumer, preflight
+from otelbpf.cli import build_consumer, build_profile_exporters, preflight
 
 log = logging.getLogger("otelbpf")
+#: The demo is short and its services are light: sample often enough that they show in the flame graph.
+DEMO_PROFILE_HZ = 499
 #: The example services: beside the package in a checkout; in the image,
 #: where deploy/Dockerfile puts them (OTELBPF_EXAMPLES).
 EXAMPLES = Path(os.environ.get("OTELBPF_EXAMPLES") or Path(__file__).resolve().parents[1] / "examples")
@@ -173,6 +175,8 @@ def run_demo(args) -> int:
     from otelbpf.resources import ProcessResources
     from otelbpf.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
+    from otelbpf.profiles.profiler import Profiler
+    from otelbpf.profiles.sampler import ProfileConfig
 
     missing = demo_prerequisites()
     if missing:
@@ -213,8 +217,10 @@ def run_demo(args) -> int:
     dds = start_dds_pipeline() if getattr(args, "dds", False) else None
     pids = [backend.pid, gateway.pid, grpc_server.pid, grpc_client.pid, llm_server.pid]
     pids += [proc.pid for proc in (gpu_server, batching, dds) if proc is not None]
-    source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"], capture_udp=dds is not None))
+    profiles = ProfileConfig(hz=DEMO_PROFILE_HZ)
+    source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"], capture_udp=dds is not None, profiles=profiles))
     pipeline = live_pipeline(source, consumer, resources, counters)
+    profile_exporter, flamegraph = build_profile_exporters(args, counters)
     agent = Agent(source, pipeline, consumer, counters)
     try:
         try:
@@ -223,6 +229,7 @@ def run_demo(args) -> int:
             print(f"otelbpf: {exc}", file=sys.stderr)
             return 1
         print(f"otelbpf: tracing, {probes} probes attached")
+        Profiler(source.profiles, [profile_exporter], resources, counters, profiles.hz).attach(pipeline)
         loop = threading.Thread(target=agent.run, name="otelbpf-agent")
         loop.start()
         try:
@@ -256,5 +263,8 @@ def run_demo(args) -> int:
     if gpu_server is not None:
         print_gpu_memory(pipeline, gpu_server.pid)
     print(f"demo: {stats.get('otelbpf.spans.created', 0)} spans; OTLP JSON written to {args.json_file}")
+    if flamegraph:
+        samples = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.samples{"))
+        print(f"demo: {samples} stack samples; flame graph written to {flamegraph} (open it in a browser)")
     print(f"demo: self-metrics {json.dumps(stats)}")
     return 0
