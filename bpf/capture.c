@@ -11,6 +11,7 @@
  *   calls.c     generic library call probes (uprobes): EV_CALL
  *   tls.c       TLS plaintext (uprobes on OpenSSL SSL_read/SSL_write[_ex])
  *   profile.c   stack samples for profiles (CPU-clock perf event, sched_switch)
+ *   tracectx.c  the thread -> span map other eBPF tools read (traces_ctx_v1)
  *
  * Design rules (DEVELOPERS.md): tracepoints and uprobes only (no kprobes or
  * fentry on this class of kernels), no kernel struct dereferenced by header
@@ -30,3 +31,4 @@
 #include "calls.c"
 #include "tls.c"
 #include "profile.c"
+#include "tracectx.c"

@@ -121,6 +121,12 @@ def _add_profile_options(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="export the profiles gathered this often (default 10)",
     )
+    prof.add_argument(
+        "--publish-trace-context",
+        action="store_true",
+        help="publish which span each thread serves in the pinned BPF map /sys/fs/bpf/traces_ctx_v1 (OBI's format), "
+        "so an OpenTelemetry eBPF profiler beside the agent links its samples to these spans",
+    )
     prof.add_argument("--profiles-json-file", metavar="PATH", help="write OTLP JSON, one ExportProfilesServiceRequest per line")
     prof.add_argument("--pprof-dir", metavar="DIR", help="write a gzipped pprof file per process and profile type each interval")
     prof.add_argument(
@@ -392,6 +398,7 @@ def profile_config(args):
         hz=0 if args.no_profiles else args.profile_hz,
         off_cpu=args.off_cpu and not args.no_profiles,
         off_cpu_min_ns=args.off_cpu_min,
+        publish_trace_context=args.publish_trace_context,
     )
 
 
@@ -525,6 +532,14 @@ def cmd_run(args) -> int:
         return 1
     if not preflight():
         return 1
+    if config.profiles.publish_trace_context:
+        from otelbpf.profiles.tracectx import ensure_bpffs
+
+        try:
+            ensure_bpffs()
+        except OSError as exc:
+            print(f"otelbpf: {exc}", file=sys.stderr)
+            return 1
     counters = Counters()
     resources = ProcessResources()
     try:
@@ -590,6 +605,10 @@ def cmd_run(args) -> int:
 
         Profiler(ebpf.profiles, [profile_exporter], resources, counters, config.profiles.hz,
                  interval_s=args.profile_interval).attach(pipeline)  # fmt: skip
+    if config.profiles.publish_trace_context:
+        from otelbpf.profiles.tracectx import TraceContextPublisher
+
+        TraceContextPublisher(ebpf.table("traces_ctx_v1")).attach(pipeline.linker)
     gctune.tune()  # start-up is over: fewer cycle collections on the hot path (otelbpf/gctune.py)
     log.info("otelbpf: tracing, %d probes attached (%.1fs)", probes, time.monotonic() - started)
     try:

@@ -54,6 +54,12 @@ class ProfileConfig:
     ring_mb: int = 16
     #: Read CPython frames in the kernel.
     python: bool = True
+    #: GPU profiles: a stack at the GPU call probes (otelbpf/profiles/gpu.py; --no-gpu-profiles).
+    gpu: bool = True
+    #: ... and at 1 kernel launch in this many per thread (0: launches take no stack).
+    gpu_launch_every: int = 128
+    #: Publish thread -> span in the pinned traces_ctx_v1 map (bpf/tracectx.c).
+    publish_trace_context: bool = False
 
     def validate(self) -> None:
         if not 0 <= self.hz <= MAX_HZ:
@@ -62,6 +68,8 @@ class ProfileConfig:
             raise ValueError(f"--profile-ring-mb must be a power of two >= 1, got {self.ring_mb}")
         if self.off_cpu_min_ns < 0:
             raise ValueError("--off-cpu-min must not be negative")
+        if not 0 <= self.gpu_launch_every < 1 << 31:
+            raise ValueError(f"--gpu-launch-sample-every must be >= 0, got {self.gpu_launch_every}")
 
     @property
     def enabled(self) -> bool:
@@ -69,15 +77,18 @@ class ProfileConfig:
 
     def cflags(self) -> list[str]:
         """The -D flags that compile bpf/profile.c in (nothing when profiles are off)."""
+        flags = ["-DPUBLISH_TRACE_CTX=1"] if self.publish_trace_context else []
         if not self.enabled:
-            return []
+            return flags
         pages = self.ring_mb * 1024 * 1024 // os.sysconf("SC_PAGE_SIZE")
-        return [
+        return flags + [
             "-DPROFILES=1",
             f"-DPROFILE_RING_PAGES={pages}",
             f"-DPROFILE_SLOTS={2 * _possible_cpus()}",
             f"-DOFF_CPU_SAMPLES={int(self.off_cpu)}",
             f"-DOFF_CPU_MIN_NS={self.off_cpu_min_ns}",
+            f"-DGPU_PROFILES={int(self.gpu)}",
+            f"-DGPU_LAUNCH_EVERY={self.gpu_launch_every}",
         ]
 
 

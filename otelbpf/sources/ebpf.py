@@ -537,6 +537,10 @@ class EbpfSource:
         if excluded:
             self._initial_pids = [pid for pid in self._initial_pids if pid not in excluded]
 
+    def table(self, name: str):
+        """A map of the loaded program, by name (for families outside the source)."""
+        return self._bpf[name]
+
     def trace_pid(self, pid: int, reason: int = TRACED_BY_PID) -> None:
         self._bpf["traced_tgids"][ctypes.c_uint(pid)] = ctypes.c_ubyte(reason)
 
