@@ -110,6 +110,7 @@ class Agent:
         self.reorder = ReorderBuffer()
         self._kernel_lost_seen = 0
         self._kernel_tls_unattributed_seen = 0
+        self._kernel_profile_lost_seen = 0
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -224,6 +225,10 @@ class Agent:
         if lost > self._kernel_lost_seen:
             self.counters.add("otelbpf.events.lost", lost - self._kernel_lost_seen)
             self._kernel_lost_seen = lost
+        profile_lost = kernel.get("profile_lost", 0)  # stack samples the profile ring had no room for
+        if profile_lost > self._kernel_profile_lost_seen:
+            self.counters.add("otelbpf.profiles.lost", profile_lost - self._kernel_profile_lost_seen)
+            self._kernel_profile_lost_seen = profile_lost
         unattributed = kernel.get("tls_unattributed", 0)  # TLS plaintext with no connection to put it on
         if unattributed > self._kernel_tls_unattributed_seen:
             self.counters.add("otelbpf.tls.unattributed", unattributed - self._kernel_tls_unattributed_seen)

@@ -229,7 +229,8 @@ def run_demo(args) -> int:
             print(f"otelbpf: {exc}", file=sys.stderr)
             return 1
         print(f"otelbpf: tracing, {probes} probes attached")
-        Profiler(source.profiles, [profile_exporter], resources, counters, profiles.hz).attach(pipeline)
+        if source.profiles is not None:
+            Profiler(source.profiles, [profile_exporter], resources, counters, profiles.hz).attach(pipeline)
         loop = threading.Thread(target=agent.run, name="otelbpf-agent")
         loop.start()
         try:
@@ -263,7 +264,7 @@ def run_demo(args) -> int:
     if gpu_server is not None:
         print_gpu_memory(pipeline, gpu_server.pid)
     print(f"demo: {stats.get('otelbpf.spans.created', 0)} spans; OTLP JSON written to {args.json_file}")
-    if flamegraph:
+    if flamegraph and source.profiles is not None:
         samples = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.samples{"))
         print(f"demo: {samples} stack samples; flame graph written to {flamegraph} (open it in a browser)")
     print(f"demo: self-metrics {json.dumps(stats)}")

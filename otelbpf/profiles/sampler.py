@@ -24,6 +24,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import os
+import platform
 import time
 from dataclasses import dataclass
 
@@ -31,6 +32,8 @@ from otelbpf.profiles.records import PF_PY_NO_THREAD, ProfileRecordDecoder, Stac
 
 log = logging.getLogger("otelbpf.profiles")
 
+#: The register copy (bpf/profile.c) and the unwinder's register table are x86-64's.
+SUPPORTED = platform.machine() == "x86_64"
 DEFAULT_HZ = 19
 MAX_HZ = 1000
 #: A thread list is re-read at most this often per process when samples name
@@ -73,7 +76,13 @@ class ProfileConfig:
 
     @property
     def enabled(self) -> bool:
-        return self.hz > 0
+        return self.hz > 0 and SUPPORTED
+
+    def describe_unsupported(self) -> str | None:
+        """Why profiles asked for are off on this machine, or None."""
+        if self.hz > 0 and not SUPPORTED:
+            return f"profiles: not supported on {platform.machine()} yet (x86-64 only): tracing without them"
+        return None
 
     def cflags(self) -> list[str]:
         """The -D flags that compile bpf/profile.c in (nothing when profiles are off)."""

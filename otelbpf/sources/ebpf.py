@@ -326,6 +326,9 @@ class EbpfSource:
             f"-DEXCLUDES={int(bool(self.config.exclude_comms or self.config.exclude_pids))}",
             "-Wno-macro-redefined",
         ] + self.config.profiles.cflags()
+        unsupported = self.config.profiles.describe_unsupported()
+        if unsupported:
+            log.warning("%s", unsupported)
         regs_read_choice()  # a wrong OTELBPF_REGS_READ stops here, named
         try:
             cflags += regs_cflags(platform.machine())
