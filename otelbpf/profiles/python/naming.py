@@ -18,6 +18,7 @@ read a half-built frame): reads that fail or decode to nonsense give
 from __future__ import annotations
 
 import struct
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -30,6 +31,11 @@ MAX_STR = 4096
 #: Largest line table we read (a 10k-line function has ~40 KiB).
 MAX_LINETABLE = 256 * 1024
 MAX_LINES = 512
+#: A cached code object is re-checked against the process (one read of its
+#: header: was it freed and its address reused?) at most this often. Code
+#: objects live as long as their functions; within this window a reused
+#: address could name a frame after the code object that held it before.
+REVERIFY_S = 1.0
 
 
 def read_str(mem: ProcMem, addr: int, co: O.CodeOffsets) -> str | None:
@@ -134,6 +140,8 @@ class _Code:
     firstlineno: int
     linetable: bytes
     frames: dict[int, Frame] = field(default_factory=dict)
+    #: When the fingerprint was last checked against the process (monotonic seconds).
+    checked: float = 0.0
 
 
 @dataclass(slots=True)
@@ -173,6 +181,11 @@ class CodeNamer:
         if layout is None:
             return None
         code_addr &= ~layout.code_tag_mask
+        entry = self._codes.get((pid, code_addr))
+        now = time.monotonic()
+        if entry is not None and now - entry.checked < REVERIFY_S:
+            self.stats["hits"] += 1
+            return self._frame(entry, layout, code_addr, instr)
         entry = self._entry(state, layout, code_addr)
         if entry is None:
             self.stats["failed"] += 1
@@ -194,10 +207,12 @@ class CodeNamer:
         if entry is not None and entry.fingerprint == fingerprint:
             self.stats["hits"] += 1
             self._codes.move_to_end(key)
+            entry.checked = time.monotonic()
             return entry
         self.stats["reused" if entry is not None else "misses"] += 1
         entry = self._read_code(state.mem, co, head, fingerprint)
         if entry is not None:
+            entry.checked = time.monotonic()
             self._codes[key] = entry
             if len(self._codes) > self.max_codes:
                 self._codes.popitem(last=False)

@@ -115,9 +115,18 @@ class CodeOffsets:
 
     def header_size(self) -> int:
         """Bytes to read from a code object's start to get every field named here."""
+        size = _HEADER_SIZES.get(self)
+        if size is None:
+            size = _HEADER_SIZES[self] = self._header_size()
+        return size
+
+    def _header_size(self) -> int:
         fields = (self.co_filename, self.co_name, self.co_qualname, self.co_firstlineno,
                   self.co_argcount, self.co_linetable, self.ob_type)
         return max(f for f in fields if f != NONE) + 8
+
+
+_HEADER_SIZES: dict[CodeOffsets, int] = {}
 
 
 @dataclass(frozen=True, slots=True)
