@@ -368,3 +368,41 @@ def test_trace_context_from_parsed_fields_is_what_the_pairs_give(lines, linked):
     assert from_block == from_pairs and (from_block is not None) == linked
     if linked:
         assert from_block.trace_id == bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")
+
+
+# -- profile samples: which request a thread serves at an instant -----------------
+
+
+def test_a_sample_is_linked_to_the_one_window_open_on_its_thread():
+    links = linker()
+    server = links.start(INBOUND, NO_HEADERS, SERVER, pid=7, tid=70, ts_ns=100)
+    assert links.serving(7, 70) is server
+    assert links.serving(7, 71) is None  # another thread's request is no evidence
+    assert links.serves_requests(7) and not links.serves_requests(8)
+    links.end(server, 200)
+    assert links.serving(7, 70) is None and not links.serves_requests(7)
+
+
+def test_two_windows_on_one_thread_link_no_sample_by_the_thread_rule():
+    links = linker()
+    links.start(INBOUND, NO_HEADERS, SERVER, pid=7, tid=70, ts_ns=100)
+    links.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), NO_HEADERS, SERVER, pid=7, tid=70, ts_ns=110)
+    assert links.serving(7, 70) is None
+
+
+def test_a_task_sample_goes_to_the_request_its_task_read_or_waits_for_the_answer():
+    links = linker()
+    first = links.start(INBOUND, NO_HEADERS, SERVER, pid=7, tid=70, ts_ns=100, task_id=0xA)
+    second = links.start(Conn("10.0.0.1", 8080, "10.0.0.9", 40001), NO_HEADERS, SERVER, pid=7, tid=70, ts_ns=110)
+    assert links.serving(7, 70, task_id=0xA) is first
+    assert links.serving(7, 70, task_id=0xB) is None  # read outside a task: known when task B answers
+
+    answers = []
+
+    class Observer:
+        def answered(self, start, ts_ns, task_id):
+            answers.append((start, ts_ns, task_id))
+
+    links.answer_observers.append(Observer())
+    links.end(second, 300, task_id=0xB)
+    assert answers == [(second, 300, 0xB)]
