@@ -22,7 +22,7 @@ from test_profiles_export import RESOURCES, SPAN_A, T0, TRACE_B, make_samples
 
 from otelbpf.profiles.flamegraph import FlameGraph, write_flamegraph
 from otelbpf.profiles.model import FRAME_PYTHON, Frame, Sample
-from otelbpf.profiles.types import CPU
+from otelbpf.profiles.types import CPU, OFF_CPU
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed")
@@ -123,6 +123,18 @@ def test_identical_samples_are_summed_and_processes_named() -> None:
     assert [(s[5], s[6]) for s in linked] == [([6], 6)]  # 3 samples per add, twice
     assert sum(s[5][0] for s in document["stacks"] if s[1] == 0) == 14
     assert document["dropped"]["samples"] == 0
+
+
+def test_cpu_is_the_first_type_whichever_sample_came_first() -> None:
+    """The page opens on its first type: CPU, even when an off-CPU sample arrived first."""
+    graph = FlameGraph()
+    graph.add([Sample(OFF_CPU, 1, 1, T0, (Frame(FRAME_PYTHON, "wait", "/a.py", 1),), (7,)),
+               Sample(CPU, 1, 1, T0 + 1, (Frame(FRAME_PYTHON, "spin", "/a.py", 2),), (1,))], {})  # fmt: skip
+    document = graph.document()
+    assert [t["id"] for t in document["types"]] == ["cpu", "offcpu"]
+    names = [frame[1] for frame in document["frames"]]  # [kind, function, file, line, mapping]
+    by_type = {document["types"][s[1]]["id"]: [names[i] for i in s[2]] for s in document["stacks"]}
+    assert by_type == {"cpu": ["spin"], "offcpu": ["wait"]}
 
 
 def test_distinct_stacks_are_capped_and_the_rest_counted() -> None:

@@ -86,15 +86,20 @@ class FlameGraph:
         return text + (f", {self.dropped_samples} samples dropped" if self.dropped_samples else "")
 
     def document(self) -> dict[str, Any]:
-        """What the page reads (see flamegraph.html): types, processes, frames, stacks (frames leaf first)."""
+        """What the page reads (see flamegraph.html): types, processes, frames, stacks (frames leaf first).
+
+        The page opens on its first type: CPU when there is one, not whichever
+        type's sample happened to arrive first (an off-CPU one, often)."""
+        types = sorted(self._types, key=lambda profile_type: (profile_type.id != "cpu", self._types[profile_type]))
+        position = {self._types[profile_type]: index for index, profile_type in enumerate(types)}
         return {
             "generator": f"otelbpf {otelbpf.__version__}",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "types": [_type_entry(profile_type) for profile_type in self._types],
+            "types": [_type_entry(profile_type) for profile_type in types],
             "processes": {str(pid): process for pid, process in self._processes.items()},
             "frames": [_frame_entry(frame) for frame in self._frames],
             "stacks": [
-                [pid, type_index, list(frames), trace, span, totals[:-1], totals[-1]]
+                [pid, position[type_index], list(frames), trace, span, totals[:-1], totals[-1]]
                 for (pid, type_index, frames, trace, span), totals in self._stacks.items()
             ],
             "dropped": {"samples": self.dropped_samples, "maxStacks": self.max_stacks},

@@ -13,8 +13,10 @@ a :class:`ProfileSampler`, which
 - tells the kernel, per traced CPython process, where its frames are
   (``py_procs``: offsets for its version) and which thread state each of its
   threads has (``py_tstates``), re-reading the thread list when a sample
-  reports a thread it does not know (rate-limited), so threads started after
-  attach get Python frames within a second or so;
+  reports a thread it does not know: at once for a thread not looked for yet
+  (a server's thread per request lives for one request; only the samples
+  taken before the re-read lack Python frames), once a second for threads
+  the interpreter did not list (native threads);
 - drains ``profile_events`` into :class:`~otelbpf.profiles.records.StackSampleEvent`
   and :class:`~otelbpf.profiles.records.OffCpuEnd` events.
 """
@@ -39,6 +41,12 @@ MAX_HZ = 1000
 #: A thread list is re-read at most this often per process when samples name
 #: threads the kernel has no state for (and at every library re-scan).
 THREAD_RESCAN_S = 1.0
+#: ... but a thread not looked for yet is looked for at once (at most this often per process).
+NEW_THREAD_RESCAN_S = 0.005
+#: Threads per process remembered as not listed by the interpreter (native threads).
+MAX_UNLISTED_THREADS = 4096
+#: A kernel stack is deleted from the stack map this many drains after the last sample that named it.
+KERNEL_STACK_HOLD_DRAINS = 3
 
 
 class ProfileError(RuntimeError):
@@ -126,6 +134,12 @@ class ProfileSampler:
         #: pid -> tids whose thread state is in py_tstates
         self._tids: dict[int, set[int]] = {}
         self._thread_scan: dict[int, float] = {}
+        #: pid -> tids a re-read looked for and did not find (native threads)
+        self._unlisted: dict[int, set[int]] = {}
+        #: kernel stacks read and not yet deleted from the stack map: id -> addresses, id -> drain last named
+        self._held_stacks: dict[int, tuple[int, ...]] = {}
+        self._stack_last_drain: dict[int, int] = {}
+        self._drains = 0
         self.counters = {"samples": 0, "malformed": 0, "python_processes": 0, "python_unknown_versions": 0, "thread_rescans": 0}
 
     # -- start-up ---------------------------------------------------------
@@ -178,30 +192,43 @@ class ProfileSampler:
                 if event.pid not in self._python:
                     self.watch(event.pid)
                 elif event.flags & PF_PY_NO_THREAD:
-                    self.refresh_threads(event.pid)
+                    self._unknown_thread(event.pid, event.tid)
             out.append(event)
         self.counters["malformed"] = self.decoder.malformed
         self._release_kernel_stacks(kernel_stacks)
         return out
 
     def _kernel_stack(self, stack_id: int, seen: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
-        """A kernel stack's addresses, leaf first, read once per drain."""
+        """A kernel stack's addresses, leaf first, read once while the stack map holds it."""
         addrs = seen.get(stack_id)
         if addrs is None:
-            try:
-                addrs = tuple(self._bpf["kernel_stacks"].walk(stack_id))
-            except (KeyError, OSError):
-                addrs = ()
+            addrs = self._held_stacks.get(stack_id)
+            if addrs is None:
+                try:
+                    addrs = tuple(self._bpf["kernel_stacks"].walk(stack_id))
+                except (KeyError, OSError):
+                    addrs = ()
             seen[stack_id] = addrs
         return addrs
 
     def _release_kernel_stacks(self, seen: dict[int, tuple[int, ...]]) -> None:
         """The stack map is bounded: stacks read are deleted (a new sample of
-        the same stack stores it again)."""
-        if not seen:
+        the same stack stores it again), but only when no sample named them
+        for KERNEL_STACK_HOLD_DRAINS drains. A sample taken while a drain reads
+        the stack gets the same id (same stack, same bucket) and arrives in a
+        later drain: deleted at once, its kernel frames would be lost."""
+        self._drains += 1
+        for stack_id, addrs in seen.items():
+            if addrs:  # one that could not be read is not held: the next sample naming it reads again
+                self._held_stacks[stack_id] = addrs
+                self._stack_last_drain[stack_id] = self._drains
+        expired = [i for i, last in self._stack_last_drain.items() if self._drains - last >= KERNEL_STACK_HOLD_DRAINS]
+        if not expired:
             return
         table = self._bpf["kernel_stacks"]
-        for stack_id in seen:
+        for stack_id in expired:
+            del self._stack_last_drain[stack_id]
+            del self._held_stacks[stack_id]
             table.pop(ctypes.c_int(stack_id), None)
 
     # -- CPython processes ------------------------------------------------
@@ -234,14 +261,31 @@ class ProfileSampler:
     def python_process(self, pid: int):
         return self._python.get(pid)
 
-    def refresh_threads(self, pid: int, force: bool = False) -> None:
-        """Re-read ``pid``'s interpreter thread list into py_tstates (rate-limited)."""
+    def _unknown_thread(self, pid: int, tid: int) -> None:
+        """A sample of ``tid`` found no thread state in the kernel. A thread
+        started since the last read is looked for at once: its later samples
+        get Python frames (rate-limited by NEW_THREAD_RESCAN_S). One the
+        interpreter did not list then waits for the once-a-second re-read."""
+        if tid in self._tids.get(pid, ()):  # listed since the sample was taken
+            return
+        unlisted = self._unlisted.setdefault(pid, set())
+        if tid in unlisted:
+            self.refresh_threads(pid)
+            return
+        if self.refresh_threads(pid, min_interval_s=NEW_THREAD_RESCAN_S) and tid not in self._tids.get(pid, ()):
+            if len(unlisted) >= MAX_UNLISTED_THREADS:
+                unlisted.clear()
+            unlisted.add(tid)
+
+    def refresh_threads(self, pid: int, force: bool = False, min_interval_s: float = THREAD_RESCAN_S) -> bool:
+        """Re-read ``pid``'s interpreter thread list into py_tstates (at most
+        every ``min_interval_s`` unless ``force``); True when it was read."""
         proc = self._python.get(pid)
         if proc is None:
-            return
+            return False
         now = time.monotonic()
-        if not force and now - self._thread_scan.get(pid, 0.0) < THREAD_RESCAN_S:
-            return
+        if not force and now - self._thread_scan.get(pid, 0.0) < min_interval_s:
+            return False
         self._thread_scan[pid] = now
         self.counters["thread_rescans"] += 1
         from otelbpf.profiles.python.threads import thread_states
@@ -250,7 +294,7 @@ class ProfileSampler:
             states = thread_states(proc)
         except Exception as exc:  # noqa: BLE001 - the process may be exiting
             log.debug("profiles: pid %d: thread list unreadable: %s", pid, exc)
-            return
+            return False
         table = self._bpf["py_tstates"]
         old = self._tids.get(pid, set())
         for tid in old - states.keys():
@@ -258,6 +302,7 @@ class ProfileSampler:
         for tid, tstate in states.items():
             table[ctypes.c_uint32(tid)] = ctypes.c_uint64(tstate)
         self._tids[pid] = set(states)
+        return True
 
     def rescan(self) -> None:
         """Periodic: thread lists of every CPython process (threads that
@@ -272,6 +317,7 @@ class ProfileSampler:
         """The process exited: its kernel entries go."""
         proc = self._python.pop(pid, None)
         self._thread_scan.pop(pid, None)
+        self._unlisted.pop(pid, None)
         if proc is None:
             return
         self._bpf["py_procs"].pop(ctypes.c_uint32(pid), None)
