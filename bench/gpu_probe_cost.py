@@ -9,6 +9,12 @@ tracing it (``--pid``), then with the agent tracing it with
 BPF, still no record per launch). Prints nanoseconds per call and the
 differences.
 
+GPU profiles (on by default with profiles): the same calls with the GPU probes taking no stack
+(``--no-gpu-profiles``) and taking one (the default: a stack sample at each allocation and
+synchronisation, 1 launch in ``--gpu-launch-sample-every`` (128)); ``alloc`` times a
+cuMemAlloc_v2 + cuMemFree_v2 pair (the free takes no stack), so its difference between the
+two is the cost of an allocation's stack.
+
 Then the aggregation's absorption: ``--absorb`` launches as fast as the C
 loop goes under the agent (default mode), reporting the launch rate the
 traced process kept, how many events reached the agent's user space in all
@@ -44,9 +50,12 @@ lib = ctypes.CDLL({str(LIB)!r})
 print("ready", flush=True)
 for line in sys.stdin:
     what, n = line.split()
-    fn = lib.standin_bench_launches if what == "launch" else lib.standin_bench_syncs
     start = time.perf_counter_ns()
-    fn(ctypes.c_long(int(n)))
+    if what == "alloc":  # cuMemAlloc_v2 (a stack with GPU profiles) + cuMemFree_v2 (none) per call
+        lib.standin_bench_allocs(ctypes.c_long(int(n)), ctypes.c_size_t(4096))
+    else:
+        fn = lib.standin_bench_launches if what == "launch" else lib.standin_bench_syncs
+        fn(ctypes.c_long(int(n)))
     print((time.perf_counter_ns() - start) / int(n), flush=True)
 """
 
@@ -75,7 +84,7 @@ def start_agent(pid: int, extra: tuple[str, ...] = ()) -> subprocess.Popen:
 def stop_agent(agent: subprocess.Popen) -> dict:
     """SIGINT, and the agent's final self-metrics (its last ``otelbpf: stats`` line)."""
     agent.send_signal(signal.SIGINT)
-    _, err = agent.communicate(timeout=60)
+    _, err = agent.communicate(timeout=600)  # a backlog of stacks to unwind can take a while
     lines = [line for line in err.splitlines() if line.startswith("otelbpf: stats ")]
     return json.loads(lines[-1].split(" ", 2)[2]) if lines else {}
 
@@ -100,6 +109,7 @@ def absorb(worker: subprocess.Popen, launches: int) -> None:
     """Launch ``launches`` times under the agent; the rate, the events user space saw, the exported total."""
     with tempfile.TemporaryDirectory() as tmp:
         metrics_file = Path(tmp) / "metrics.jsonl"
+        # the default: GPU profiles on, 1 launch in 128 takes a stack
         agent = start_agent(worker.pid, ("--metrics-json-file", str(metrics_file), "--metrics-interval", "1"))
         try:
             time.sleep(1.0)
@@ -124,15 +134,19 @@ def main() -> None:
     assert worker.stdout.readline().strip() == "ready"
     results = {}
     try:
-        results["off"] = {w: timed(worker, w, args.calls, args.repeats) for w in ("launch", "sync")}
-        for mode, extra, what in (("traced", (), ("launch", "sync")), ("timed", ("--gpu-launch-time",), ("launch",))):
+        every = ("launch", "sync", "alloc")
+        results["off"] = {w: timed(worker, w, args.calls, args.repeats) for w in every}
+        for mode, extra, what in (
+            ("traced", ("--no-gpu-profiles",), every),
+            ("stacks", (), every),
+            ("timed", ("--gpu-launch-time", "--no-gpu-profiles"), ("launch",)),
+        ):
             agent = start_agent(worker.pid, extra)
             try:
                 time.sleep(1.0)
                 results[mode] = {w: timed(worker, w, args.calls, args.repeats) for w in what}
             finally:
-                agent.terminate()
-                agent.wait(timeout=60)
+                stop_agent(agent)
         if args.absorb:
             absorb(worker, args.absorb)
     finally:
@@ -141,9 +155,16 @@ def main() -> None:
         ("launch", "traced", "cuLaunchKernel, entry-only (counted in BPF, the default)"),
         ("launch", "timed", "cuLaunchKernel, entry + return (--gpu-launch-time: counted and timed in BPF)"),
         ("sync", "traced", "cuStreamSynchronize (entry + return, one record)"),
+        ("alloc", "traced", "cuMemAlloc_v2 + cuMemFree_v2 (entry + return each, two records)"),
+        ("launch", "stacks", "cuLaunchKernel with GPU profiles (1 launch in 128 takes a stack)"),
+        ("sync", "stacks", "cuStreamSynchronize with GPU profiles (a stack per call)"),
+        ("alloc", "stacks", "cuMemAlloc_v2 + cuMemFree_v2 with GPU profiles (a stack per allocation)"),
     ):
         off, on = results["off"][what], results[mode][what]
         print(f"{label}: {off:.0f} ns/call off, {on:.0f} ns/call traced: +{on - off:.0f} ns")
+    for what in ("launch", "sync", "alloc"):
+        plain, stacked = results["traced"][what], results["stacks"][what]
+        print(f"GPU profiles' own cost, {what}: +{stacked - plain:.0f} ns/call (stacks on vs --no-gpu-profiles)")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,13 @@
  * (arm64) puts there the first 16 bytes the third argument points to (AAPCS64
  * passes such a struct by reference to a caller's copy, in x2). Which flag a
  * machine needs is chosen in otelbpf/sources/gpu.py (NCCL_ID_FLAGS).
+ *
+ * CALL_STACK (GPU profiles, compiled in with PROFILES and GPU_PROFILES): an
+ * outermost call (none of the thread's probed calls in progress) takes a
+ * stack sample at entry (bpf/profile.c gpu_stack_sample: EV_PROFILE of kind
+ * PROFILE_GPU_CALL in profile_events, ts_ns = this call's entry stamp), which
+ * user space joins to the call's EV_CALL by (tid, entry time)
+ * (otelbpf/profiles/gpu.py).
  */
 #ifndef CALL_STACK_DEPTH
 #define CALL_STACK_DEPTH 4
@@ -31,6 +38,7 @@
 #define CALL_READS_OUT0 8
 #define CALL_READS_STACK_ARG 16
 #define CALL_READS_ARG2_POINTEE 32
+#define CALL_STACK 64
 
 struct call_site_key {
     __u32 tgid;
@@ -127,6 +135,8 @@ int call_enter(struct pt_regs *ctx)
             return 0;
     }
     __u32 depth = stack->depth;
+    if (GPU_STACKS && depth == 0 && (site->flags & CALL_STACK))
+        gpu_stack_sample(ctx, id, frame.ts, PROFILE_GPU_CALL, 1);
     if (depth < CALL_STACK_DEPTH)
         stack->frames[depth] = frame;
     else

@@ -129,6 +129,8 @@ struct call_info {
 enum profile_kind {
     PROFILE_ON_CPU = 0,  /* the CPU-clock perf event fired on a traced thread */
     PROFILE_OFF_CPU = 1, /* a traced thread blocked (sched_switch); its time comes with EV_OFFCPU_END */
+    PROFILE_GPU_CALL = 2, /* at the entry of a GPU call (bpf/calls.c CALL_STACK); ts_ns = its EV_CALL's entry */
+    PROFILE_GPU_LAUNCH = 3, /* at 1 kernel launch in N (bpf/gpu.c); total_len = N, the launches it stands for */
 };
 
 enum profile_flags {

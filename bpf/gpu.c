@@ -26,7 +26,7 @@ struct gpu_launch_count {
     __u64 time_ns;    /* --gpu-launch-time: ns inside launch calls since the last reset */
     __u64 entered_ns; /* --gpu-launch-time: entry of the outermost launch call in progress */
     __u32 depth;      /* --gpu-launch-time: launch calls in progress on the thread */
-    __u32 pad;
+    __u32 until_sample; /* GPU profiles: launches left before the next stack sample (0: not started) */
 };
 
 struct gpu_launch_total {
@@ -39,6 +39,24 @@ struct gpu_launch_key {
     __u32 pad;
     __u64 task; /* the asyncio task (coroutine) running, 0: none */
 };
+
+#ifndef GPU_PROFILES
+#define GPU_PROFILES 0
+#endif
+/* GPU profiles (bpf/profile.c): 1 launch in GPU_LAUNCH_EVERY per (thread, task) takes a stack
+ * sample weighted by GPU_LAUNCH_EVERY (0: launches take none). */
+#ifndef GPU_LAUNCH_EVERY
+#define GPU_LAUNCH_EVERY 0
+#endif
+#if defined(PROFILES) && PROFILES && GPU_PROFILES
+/* Defined in bpf/profile.c (included after this file): a stack sample of the
+ * calling thread at a GPU probe, `ctx` being its user registers. */
+static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight);
+#define GPU_STACKS 1
+#else
+#define GPU_STACKS 0
+static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight) {}
+#endif
 
 /* LRU: a thread (or task) that ends with launches not yet reported does not hold a slot forever */
 BPF_TABLE("lru_hash", struct gpu_launch_key, struct gpu_launch_count, gpu_launches, 16384);
@@ -75,9 +93,31 @@ static __always_inline struct gpu_launch_count *gpu_count_launch(__u64 id, __u64
     return gpu_launches.lookup(&key);
 }
 
+/* GPU profiles: every GPU_LAUNCH_EVERY-th launch of a (thread, task) takes a stack sample. */
+static __always_inline void gpu_maybe_sample_launch(struct pt_regs *ctx, struct gpu_launch_count *count, __u64 id, __u64 now)
+{
+#if GPU_STACKS && GPU_LAUNCH_EVERY > 0
+    if (!count)
+        return;
+    __u32 left = count->until_sample;
+    if (left == 0)
+        left = GPU_LAUNCH_EVERY; /* a new (thread, task): its GPU_LAUNCH_EVERY-th launch is sampled */
+    left -= 1;
+    if (left == 0) {
+        count->until_sample = GPU_LAUNCH_EVERY;
+        gpu_stack_sample(ctx, id, now, PROFILE_GPU_LAUNCH, GPU_LAUNCH_EVERY);
+    } else {
+        count->until_sample = left;
+    }
+#endif
+}
+
 int gpu_launch_enter(struct pt_regs *ctx)
 {
-    gpu_count_launch(bpf_get_current_pid_tgid(), bpf_ktime_get_ns());
+    __u64 id = bpf_get_current_pid_tgid();
+    __u64 now = bpf_ktime_get_ns();
+    struct gpu_launch_count *count = gpu_count_launch(id, now);
+    gpu_maybe_sample_launch(ctx, count, id, now);
     return 0;
 }
 
@@ -85,9 +125,11 @@ int gpu_launch_enter(struct pt_regs *ctx)
 int gpu_launch_enter_timed(struct pt_regs *ctx)
 {
     __u64 now = bpf_ktime_get_ns();
-    struct gpu_launch_count *count = gpu_count_launch(bpf_get_current_pid_tgid(), now);
+    __u64 id = bpf_get_current_pid_tgid();
+    struct gpu_launch_count *count = gpu_count_launch(id, now);
     if (!count)
         return 0;
+    gpu_maybe_sample_launch(ctx, count, id, now);
     if (count->depth == 0)
         count->entered_ns = now;
     count->depth += 1;

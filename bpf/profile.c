@@ -22,6 +22,11 @@
  *   - the kernel stack (kernel_stacks) when the sample is in the kernel;
  *   - the asyncio task the thread is running, to link the sample to its span.
  *
+ * GPU profiles (-DGPU_PROFILES=1): gpu_stack_sample takes the same sample at
+ * the GPU uprobes (bpf/calls.c CALL_STACK: allocations, copies, waits,
+ * collectives; bpf/gpu.c: 1 kernel launch in GPU_LAUNCH_EVERY), kinds
+ * PROFILE_GPU_CALL and PROFILE_GPU_LAUNCH.
+ *
  * The traced-process filter runs first. Nothing here reads a kernel struct by
  * header layout: the perf context's user registers are the UAPI struct, the
  * task's saved frame is read whole (struct pt_regs, the syscall ABI).
@@ -160,7 +165,7 @@ static __always_inline __u32 copy_user_stack(struct profile_record *rec, __u64 s
 }
 
 /* Everything but the registers; then submit. */
-static __always_inline int finish_sample(struct profile_record *rec, __u64 id, __u64 now, void *stack_ctx, int in_kernel)
+static __always_inline int finish_sample(struct profile_record *rec, __u64 id, __u64 now, void *stack_ctx, int in_kernel, __u32 weight)
 {
     __u32 tgid = id >> 32, tid = (__u32)id;
     rec->hdr.ts_ns = now;
@@ -171,7 +176,7 @@ static __always_inline int finish_sample(struct profile_record *rec, __u64 id, _
     rec->hdr.direction = 0;
     rec->hdr.flags = 0;
     rec->hdr.source = 0;
-    rec->hdr.total_len = 0;
+    rec->hdr.total_len = weight; /* PROFILE_GPU_LAUNCH: launches the sample stands for */
     rec->hdr.task_id = thread_task_id(id);
     rec->info.kernel_stack_id = in_kernel ? kernel_stacks.get_stackid(stack_ctx, 0) : -1;
     bpf_get_current_comm(&rec->info.comm, sizeof(rec->info.comm));
@@ -217,9 +222,34 @@ int profile_on_cpu(struct bpf_perf_event_data *ctx)
         for (int i = 0; i < PROFILE_REGS; i++)
             rec->info.regs[i] = sampled[i];
     }
-    finish_sample(rec, id, bpf_ktime_get_ns(), ctx, in_kernel);
+    finish_sample(rec, id, bpf_ktime_get_ns(), ctx, in_kernel, 0);
     return 0;
 }
+
+#if GPU_STACKS
+/* One scratch record per CPU for the GPU probes: uprobe programs run with
+ * preemption disabled and do not nest on a CPU (nor with the perf-event one). */
+BPF_ARRAY(gpu_profile_scratch, struct profile_record, PROFILE_SLOTS / 2);
+
+/* A stack sample at a GPU probe (bpf/calls.c CALL_STACK, bpf/gpu.c launches):
+ * `ctx` is the thread's user registers at the probed instruction (a uprobe
+ * fires in user mode), so no kernel stack; `ts` keys it to its EV_CALL. */
+static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight)
+{
+    int index = bpf_get_smp_processor_id();
+    struct profile_record *rec = gpu_profile_scratch.lookup(&index);
+    if (!rec)
+        return;
+    rec->hdr.conn_id = 0;
+    rec->info.kind = kind;
+    rec->info.flags = 0;
+    __u64 *regs = (__u64 *)ctx;
+#pragma unroll
+    for (int i = 0; i < PROFILE_REGS; i++)
+        rec->info.regs[i] = regs[i];
+    finish_sample(rec, id, ts, ctx, 0, weight);
+}
+#endif
 
 #if OFF_CPU_SAMPLES
 /* prev_state's low byte: 0 is runnable (preempted, not blocked). */
@@ -241,7 +271,7 @@ TRACEPOINT_PROBE(sched, sched_switch)
             rec->info.kind = PROFILE_OFF_CPU;
             rec->info.flags = PF_KERNEL_MODE;
             saved_user_regs(rec);
-            if (finish_sample(rec, id, now, args, 1) == 0) {
+            if (finish_sample(rec, id, now, args, 1, 0) == 0) {
                 struct offcpu_start since = {.ts_ns = now, .tgid = tgid};
                 __u32 tid = (__u32)id;
                 offcpu_since.update(&tid, &since);

@@ -115,6 +115,19 @@ def _add_profile_options(p: argparse.ArgumentParser) -> None:
         help="with --off-cpu, blocks shorter than this are not reported (default 1ms)",
     )
     prof.add_argument(
+        "--no-gpu-profiles",
+        action="store_true",
+        help="no GPU profiles: the GPU call probes take no stack (on by default with profiles: device memory "
+        "allocated and in use, pinned memory, copies, waits and sampled launches by stack; docs/gpu.md)",
+    )
+    prof.add_argument(
+        "--gpu-launch-sample-every",
+        type=int,
+        default=128,
+        metavar="N",
+        help="GPU profiles: take a stack at 1 kernel launch in N per thread, weighted N (0: none; default 128)",
+    )
+    prof.add_argument(
         "--profile-interval",
         type=_positive_float,
         default=10.0,
@@ -399,6 +412,8 @@ def profile_config(args):
         off_cpu=args.off_cpu and not args.no_profiles,
         off_cpu_min_ns=args.off_cpu_min,
         publish_trace_context=args.publish_trace_context,
+        gpu=not (getattr(args, "no_gpu_profiles", False) or getattr(args, "no_gpu", False)),
+        gpu_launch_every=getattr(args, "gpu_launch_sample_every", 128),
     )
 
 

@@ -152,11 +152,84 @@ CUresult cuCtxGetDevice(int *device)
     return CUDA_SUCCESS;
 }
 
+/* Stream-ordered and managed allocations: malloc here too. */
+CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    (void)hStream;
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+
+CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    (void)hStream;
+    return cuMemFree_v2(dptr);
+}
+
+CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    (void)flags;
+    return cuMemAlloc_v2(dptr, bytesize);
+}
+
+/* The virtual-memory API (PyTorch's expandable segments, NCCL): a handle is physical memory
+ * (here: a malloc'd block), cuMemMap gives it an address, cuMemRelease frees it. */
+typedef unsigned long long CUmemGenericAllocationHandle;
+CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const void *prop, unsigned long long flags)
+{
+    (void)prop; (void)flags;
+    standin_delay("CUDA_STANDIN_ALLOC_US");
+    void *p = malloc(size ? size : 1);
+    if (!handle || !p)
+        return CUDA_ERROR_INVALID_VALUE;
+    *handle = (CUmemGenericAllocationHandle)(uintptr_t)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+                  unsigned long long flags)
+{
+    (void)ptr; (void)size; (void)offset; (void)handle; (void)flags;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    (void)ptr; (void)size;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    free((void *)(uintptr_t)handle);
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags)
+{
+    (void)p; (void)bytesize; (void)flags;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuMemHostUnregister(void *p)
+{
+    (void)p;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuEventSynchronize(void *event)
+{
+    (void)event;
+    standin_delay("CUDA_STANDIN_SYNC_US");
+    return CUDA_SUCCESS;
+}
+
 /* Not CUDA: loops for bench/gpu_probe_cost.py, so a probe's cost is timed without ctypes in the
  * loop. Calls go through volatile function pointers: never inlined, each reaches the probed entry. */
 CUresult (*volatile standin_launch_fn)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int,
                                        unsigned int, unsigned int, unsigned int, CUstream, void **, void **) = cuLaunchKernel;
 CUresult (*volatile standin_sync_fn)(CUstream) = cuStreamSynchronize;
+CUresult (*volatile standin_alloc_fn)(CUdeviceptr *, size_t) = cuMemAlloc_v2;
+CUresult (*volatile standin_free_fn)(CUdeviceptr) = cuMemFree_v2;
 
 void standin_bench_launches(long n)
 {
@@ -168,4 +241,13 @@ void standin_bench_syncs(long n)
 {
     for (long i = 0; i < n; i++)
         standin_sync_fn(NULL);
+}
+
+void standin_bench_allocs(long n, size_t bytes)
+{
+    for (long i = 0; i < n; i++) {
+        CUdeviceptr p = 0;
+        standin_alloc_fn(&p, bytes);
+        standin_free_fn(p);
+    }
 }

@@ -33,6 +33,12 @@ int cuLaunchKernel(void *f, unsigned int gx, unsigned int gy, unsigned int gz, u
                    unsigned int bz, unsigned int shared, void *stream, void **params, void **extra);
 int cuGraphLaunch(void *exec, void *stream);
 int cuCtxGetDevice(int *device);
+int cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, void *stream);
+int cuMemFreeAsync(CUdeviceptr dptr, void *stream);
+int cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags);
+int cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int flags);
+int cuMemHostUnregister(void *p);
+int cuEventSynchronize(void *event);
 
 cudaError_t cudaGetDevice(int *device) { return cuCtxGetDevice(device); }
 
@@ -85,3 +91,25 @@ cudaError_t cudaLaunchKernel(const void *func, dim3 gridDim, dim3 blockDim, void
 }
 
 cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream) { return cuGraphLaunch(graphExec, stream); }
+
+cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
+{
+    CUdeviceptr p = 0;
+    int rc = cuMemAllocAsync(&p, size, stream);
+    *devPtr = (void *)(uintptr_t)p;
+    return rc;
+}
+
+cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream) { return cuMemFreeAsync((CUdeviceptr)(uintptr_t)devPtr, stream); }
+
+cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+    CUdeviceptr p = 0;
+    int rc = cuMemAllocManaged(&p, size, flags);
+    *devPtr = (void *)(uintptr_t)p;
+    return rc;
+}
+
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags) { return cuMemHostRegister_v2(ptr, size, flags); }
+cudaError_t cudaHostUnregister(void *ptr) { return cuMemHostUnregister(ptr); }
+cudaError_t cudaEventSynchronize(void *event) { return cuEventSynchronize(event); }

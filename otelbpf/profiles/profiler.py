@@ -31,7 +31,7 @@ import time
 from collections import OrderedDict
 
 from otelbpf.profiles.model import Sample
-from otelbpf.profiles.records import PROFILE_OFF_CPU, OffCpuEnd, StackSampleEvent
+from otelbpf.profiles.records import PROFILE_GPU_CALL, PROFILE_GPU_LAUNCH, PROFILE_OFF_CPU, OffCpuEnd, StackSampleEvent
 from otelbpf.profiles.stacks import StackBuilder
 from otelbpf.profiles.types import OFF_CPU, cpu_type
 
@@ -66,6 +66,10 @@ class Profiler:
         self._blocked: OrderedDict[int, tuple[StackSampleEvent, object]] = OrderedDict()
         self._interval_start_ns = time.time_ns()
         self._last_clock_ns = 0
+        #: GPU profiles (otelbpf/profiles/gpu.py): stacks of GPU calls joined to the calls
+        from otelbpf.profiles.gpu import GpuProfiles
+
+        self.gpu = GpuProfiles(self)
 
     def attach(self, pipeline) -> None:
         """Handle the sampler's events in ``pipeline`` and export on its clock."""
@@ -76,11 +80,19 @@ class Profiler:
         pipeline.tick_hooks.append(self.tick)
         pipeline.exit_hooks.append(self.forget)
         pipeline.finish_hooks.append(self.close)
+        from otelbpf.semantics import gpu as gpu_semantics
+
+        state = gpu_semantics.state_of(pipeline)
+        if state is not None:  # the GPU calls' spans hand each call to the GPU profiles
+            state.call_observer = self.gpu.on_call
 
     # -- samples ----------------------------------------------------------
 
     def on_sample(self, event: StackSampleEvent) -> None:
         self._last_clock_ns = max(self._last_clock_ns, event.ts_ns)
+        if event.kind == PROFILE_GPU_CALL or event.kind == PROFILE_GPU_LAUNCH:
+            self.gpu.on_sample(event)
+            return
         start = self.linker.serving(event.pid, event.tid, event.task_id)
         if event.kind == PROFILE_OFF_CPU:
             self._hold_blocked(event, start)
@@ -117,6 +129,31 @@ class Profiler:
             self._await_task(sample, event.task_id)
             return
         self._interval.append((sample, start))
+
+    # -- GPU profiles (otelbpf/profiles/gpu.py) ----------------------------
+
+    @property
+    def last_clock_ns(self) -> int:
+        return self._last_clock_ns
+
+    def add_gpu_launch(self, event: StackSampleEvent, profile, values: tuple[int, ...], start) -> None:
+        """A sampled kernel launch: linked like a CPU sample (its thread's or task's request)."""
+        self._add(event, profile, values, start)
+
+    def add_gpu_sample(self, profile, call, frames, values, link, thread_name, attributes) -> None:
+        """A GPU call's sample; ``link``: the span it is linked to (read at export)."""
+        if len(self._interval) >= MAX_INTERVAL_SAMPLES:
+            self.counters.add("otelbpf.profiles.samples.dropped")
+            return
+        self._last_clock_ns = max(self._last_clock_ns, call.end_ns)
+        sample = Sample(profile, call.pid, call.tid, call.ts_ns, frames, values, thread_name=thread_name,
+                        attributes=attributes)  # fmt: skip
+        self.counters.add("otelbpf.profiles.samples", label=profile.id)
+        self._interval.append((sample, link))
+
+    def add_snapshot(self, sample: Sample, link) -> None:
+        """An in-use sample (taken at export: not bounded by the interval's sample cap)."""
+        self._interval.append((sample, link))
 
     # -- asyncio tasks ----------------------------------------------------
 
@@ -173,6 +210,7 @@ class Profiler:
     def flush(self, now_ns: int | None = None, everything: bool = False) -> None:
         now_ns = now_ns or time.time_ns()
         self._release_tasks(everything)
+        self.gpu.snapshot(now_ns)
         interval, self._interval = self._interval, []
         start_ns, self._interval_start_ns = self._interval_start_ns, now_ns
         if not interval:
@@ -188,6 +226,7 @@ class Profiler:
 
     def forget(self, pid: int) -> None:
         self.builder.forget(pid)
+        self.gpu.forget(pid)
 
     def close(self) -> None:
         """The agent stops: what is held leaves, and the exporters finish (the flame graph is written)."""

@@ -20,6 +20,10 @@ EV_OFFCPU_END = 10
 
 PROFILE_ON_CPU = 0
 PROFILE_OFF_CPU = 1
+#: at the entry of a GPU call (bpf/calls.c CALL_STACK): ts_ns is its CallEvent's entry
+PROFILE_GPU_CALL = 2
+#: at 1 kernel launch in N (bpf/gpu.c): ``weight`` is N
+PROFILE_GPU_LAUNCH = 3
 
 PF_KERNEL_MODE = 1
 PF_PY_NO_THREAD = 2
@@ -76,10 +80,10 @@ class StackSampleEvent:
 
     __slots__ = (
         "ts_ns", "pid", "tid", "task_id", "kind", "flags", "comm", "kernel_stack_id",
-        "regs", "stack_addr", "stack", "py_frames", "switch_out_ns", "blocked_ns", "kernel_addrs",
+        "regs", "stack_addr", "stack", "py_frames", "switch_out_ns", "blocked_ns", "kernel_addrs", "weight",
     )  # fmt: skip
 
-    def __init__(self, ts_ns, pid, tid, task_id, kind, flags, comm, kernel_stack_id, regs, stack_addr, stack, py_frames, switch_out_ns=0):
+    def __init__(self, ts_ns, pid, tid, task_id, kind, flags, comm, kernel_stack_id, regs, stack_addr, stack, py_frames, switch_out_ns=0, weight=0):
         self.ts_ns = ts_ns
         self.pid = pid
         self.tid = tid
@@ -100,6 +104,8 @@ class StackSampleEvent:
         self.blocked_ns = 0
         #: kernel stack addresses, leaf first (the sampler reads them from the stack map at drain)
         self.kernel_addrs = ()
+        #: PROFILE_GPU_LAUNCH: the launches this sample stands for (the header's total_len)
+        self.weight = weight
 
 
 class OffCpuEnd:
@@ -126,7 +132,7 @@ class ProfileRecordDecoder:
         if len(raw) < HEADER.size:
             self.malformed += 1
             return None
-        ts, switch_out, tgid, tid, _fd, kind, _d, _f, _s, _total, captured, task_id = HEADER.unpack_from(raw)
+        ts, switch_out, tgid, tid, _fd, kind, _d, _f, _s, total, captured, task_id = HEADER.unpack_from(raw)
         if kind == EV_OFFCPU_END:
             if len(raw) < HEADER.size + OFFCPU_END.size:
                 self.malformed += 1
@@ -136,9 +142,9 @@ class ProfileRecordDecoder:
         if kind != EV_PROFILE or len(raw) < HEADER.size + PROFILE_INFO_SIZE + captured:
             self.malformed += 1
             return None
-        return self._sample(raw, ts, switch_out, tgid, tid, captured, task_id)
+        return self._sample(raw, ts, switch_out, tgid, tid, captured, task_id, total)
 
-    def _sample(self, raw: bytes, ts: int, switch_out: int, tgid: int, tid: int, captured: int, task_id: int):
+    def _sample(self, raw: bytes, ts: int, switch_out: int, tgid: int, tid: int, captured: int, task_id: int, weight: int = 0):
         at = HEADER.size
         head = PROFILE_INFO_HEAD.unpack_from(raw, at)
         stack_addr, kernel_stack_id, py_count, kind, flags, comm = head[:6]
@@ -149,5 +155,5 @@ class ProfileRecordDecoder:
         return StackSampleEvent(
             ts + self.clock_offset_ns, tgid, tid, task_id, kind, flags,
             comm.split(b"\0", 1)[0].decode("utf-8", "replace"), kernel_stack_id,
-            regs, stack_addr, bytes(raw[stack_at : stack_at + captured]), py_frames, switch_out,
+            regs, stack_addr, bytes(raw[stack_at : stack_at + captured]), py_frames, switch_out, weight,
         )  # fmt: skip

@@ -36,18 +36,25 @@ def cpu_type(frequency_hz: int = DEFAULT_CPU_HZ) -> ProfileType:
 CPU = cpu_type()
 OFF_CPU = ProfileType("offcpu", (("off_cpu", "nanoseconds"),))
 
-# --- GPU (not produced yet; named here so encoders and viewers already know them) --------------
-#: Device memory allocated, by allocation site: objects and bytes (pprof's heap order).
+# --- GPU host side (otelbpf/profiles/gpu.py, docs/gpu.md "GPU profiles") ---------------------------
+#: Device memory allocated in the interval, by allocating stack: objects and bytes (pprof's heap
+#: order). One object is one CUDA allocation call: with PyTorch's caching allocator a *segment*
+#: holding many tensors, not a tensor (sample attribute otelbpf.gpu.memory.granularity).
 GPU_ALLOC = ProfileType("gpu_alloc", (("alloc_objects", "count"), ("alloc_space", "bytes")))
-#: Device memory still held at the end of the interval.
+#: Device memory still allocated (not freed) at the end of the interval, by the stack that allocated it.
 GPU_INUSE = ProfileType("gpu_inuse", (("inuse_objects", "count"), ("inuse_space", "bytes")))
-#: Host<->device copies, by bytes moved.
+#: Pinned (page-locked) host memory pinned in the interval (cudaHostAlloc, cuMemHostAlloc, cudaHostRegister...).
+GPU_PINNED_ALLOC = ProfileType("gpu_pinned_alloc", (("pinned_alloc_objects", "count"), ("pinned_alloc_space", "bytes")))
+#: Pinned host memory still pinned at the end of the interval, by the stack that pinned it.
+GPU_PINNED = ProfileType("gpu_pinned", (("pinned_objects", "count"), ("pinned_space", "bytes")))
+#: Host<->device copies, by bytes moved (direction and pageable as sample attributes).
 GPU_COPY = ProfileType("gpu_copy", (("copy", "bytes"),))
-#: Time the host thread waited for the device (synchronize, blocking copies).
+#: Time the host thread spent inside synchronising calls (synchronize, blocking copies, collectives).
 GPU_WAIT = ProfileType("gpu_wait", (("gpu_wait", "nanoseconds"),))
-#: Kernel launches.
+#: Kernel launches: 1 launch in N per thread takes a stack, weighted N.
 GPU_LAUNCH = ProfileType("gpu_launch", (("launches", "count"),))
 
-ALL_TYPES: tuple[ProfileType, ...] = (CPU, OFF_CPU, GPU_ALLOC, GPU_INUSE, GPU_COPY, GPU_WAIT, GPU_LAUNCH)
+GPU_TYPES: tuple[ProfileType, ...] = (GPU_ALLOC, GPU_INUSE, GPU_PINNED_ALLOC, GPU_PINNED, GPU_COPY, GPU_WAIT, GPU_LAUNCH)
+ALL_TYPES: tuple[ProfileType, ...] = (CPU, OFF_CPU) + GPU_TYPES
 #: By short id (selectors, file names). ``cpu`` is the default-frequency one.
 BY_ID: dict[str, ProfileType] = {profile_type.id: profile_type for profile_type in ALL_TYPES}

@@ -194,6 +194,9 @@ class GpuState:
         #: span id -> its rank's entry, for collective spans on their way to the hold
         self.entries: OrderedDict[bytes, Entry] = OrderedDict()
         self.holds = CollectiveHold(counters)
+        #: GPU profiles (otelbpf/profiles/gpu.py): called with (start, call, span attributes) for
+        #: every CUDA/NCCL call once its span is built (None: no profiles)
+        self.call_observer = None
 
     def place_off_request(self, call: CallEvent) -> SpanStart | None:
         """A call on a thread that serves no request (not in an asyncio task): a child of its thread's engine step."""
@@ -347,7 +350,8 @@ _COPIES: dict[str, tuple[int, int, int, object, int | None]] = {
 }
 #: allocations: function -> (size index, stream index or None); the address is the out-pointer (CallEvent.out0)
 _DEVICE_ALLOCS = {"cudaMalloc": (1, None), "cudaMallocAsync": (1, 2), "cuMemAlloc_v2": (1, None),
-                  "cuMemAllocAsync": (1, 2), "cuMemCreate": (1, None)}
+                  "cuMemAllocAsync": (1, 2), "cuMemCreate": (1, None), "cudaMallocManaged": (1, None),
+                  "cuMemAllocManaged": (1, None)}
 #: frees: function -> stream index or None; the address (or handle) is the first argument
 _DEVICE_FREES = {"cudaFree": None, "cudaFreeAsync": 1, "cuMemFree_v2": None, "cuMemFreeAsync": 1, "cuMemRelease": None}
 #: pinning with an out-pointer: function -> size index
@@ -362,9 +366,15 @@ _SYNCS = {"cudaDeviceSynchronize": None, "cudaStreamSynchronize": 0, "cudaEventS
 #: Every CUDA function the spans know (otelbpf/sources/gpu.py probes these).
 CUDA_FUNCTIONS = tuple(_COPIES) + tuple(_DEVICE_ALLOCS) + tuple(_DEVICE_FREES) + tuple(_HOST_ALLOCS) + tuple(
     _HOST_REGISTERS
-) + tuple(sorted(_HOST_FREES)) + tuple(_SYNCS) + ("cuMemMap",)
+) + tuple(sorted(_HOST_FREES)) + tuple(_SYNCS) + ("cuMemMap", "cuMemUnmap")
 #: Those whose first argument is an out-pointer to read at return.
 CUDA_OUT_POINTER_FUNCTIONS = tuple(_DEVICE_ALLOCS) + tuple(_HOST_ALLOCS)
+#: GPU profiles (otelbpf/profiles/gpu.py): the calls that take a stack at entry (bpf/calls.c
+#: CALL_STACK): allocations, pinning, copies, synchronisations. Frees and mappings take none
+#: (they are matched to their allocation by address or handle).
+CUDA_STACK_FUNCTIONS = frozenset(_DEVICE_ALLOCS) | frozenset(_HOST_ALLOCS) | frozenset(_HOST_REGISTERS) | frozenset(
+    _COPIES
+) | frozenset(_SYNCS)
 
 
 class CudaCalls:
@@ -389,6 +399,8 @@ class CudaCalls:
         span = _finish(start, call, self.library, attrs, "" if ok else f"CUDA error {code}")
         if self.state.min_call_ns:
             self.state.fold(start, span)
+        if self.state.call_observer is not None:
+            self.state.call_observer(start, call, attrs)
         return span
 
     def _describe(self, call: CallEvent, args: tuple[int, ...], ok: bool, attrs: dict[str, AttributeValue]) -> None:
@@ -459,6 +471,8 @@ _COLLECTIVES: dict[str, tuple[int, int, int | None, tuple[str, int] | None, int 
 _COMM_INITS = ("ncclCommInitRank", "ncclCommInitRankConfig")
 NCCL_FUNCTIONS = tuple(_COLLECTIVES) + _COMM_INITS + ("ncclCommDestroy",)
 NCCL_OUT_POINTER_FUNCTIONS = _COMM_INITS
+#: GPU profiles: the collectives take a stack at entry (time inside them: the wait profile).
+NCCL_STACK_FUNCTIONS = frozenset(_COLLECTIVES)
 
 
 class NcclCalls:
@@ -513,7 +527,10 @@ class NcclCalls:
         if result:
             attrs[sc.OTELBPF_NCCL_RESULT] = result
             attrs[sc.ERROR_TYPE] = str(result)
-        return _finish(start, call, self.library, attrs, f"NCCL result {result}" if result else "")
+        span = _finish(start, call, self.library, attrs, f"NCCL result {result}" if result else "")
+        if self.state.call_observer is not None:
+            self.state.call_observer(start, call, attrs)
+        return span
 
 
 # -- slow ranks -------------------------------------------------------------------------------

@@ -196,6 +196,16 @@ class EngineSteps:
             self._end(key, step.last_ns, "synchronize")
         return child
 
+    def serving(self, pid: int, tid: int, ts_ns: int) -> SpanStart | None:
+        """The step ``tid`` is running at ``ts_ns``, if any: a profile sample
+        taken on an engine thread belongs to the step, as its GPU calls do. A
+        step whose thread has been quiet for longer than the gap is over
+        (it is ended lazily, at the thread's next call)."""
+        step = self._open.get((pid, tid))
+        if step is None or ts_ns < step.start_ns or ts_ns - step.last_ns > self.options.gap_ns:
+            return None
+        return step.start
+
     def _activity_start(self, call: CallEvent) -> int:
         """When the GPU work a call reports began: its first launch, if it carries launches."""
         if call.launches and call.first_launch_ns and call.ts_ns - call.first_launch_ns <= self.options.max_duration_ns:

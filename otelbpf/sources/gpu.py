@@ -38,8 +38,10 @@ from otelbpf import semconv as sc
 from otelbpf.semantics.gpu import (
     CUDA_FUNCTIONS,
     CUDA_OUT_POINTER_FUNCTIONS,
+    CUDA_STACK_FUNCTIONS,
     NCCL_FUNCTIONS,
     NCCL_OUT_POINTER_FUNCTIONS,
+    NCCL_STACK_FUNCTIONS,
     nccl_abi,
 )
 from otelbpf.sources.uprobes import Attachment, ProbeSpec
@@ -52,6 +54,10 @@ CALL_TAKES_LAUNCHES = 4
 CALL_READS_OUT0 = 8
 CALL_READS_STACK_ARG = 16
 CALL_READS_ARG2_POINTEE = 32
+#: GPU profiles: an outermost call takes a stack sample at entry (bpf/profile.c gpu_stack_sample)
+CALL_STACK = 64
+#: The functions that do (allocations, pinning, copies, synchronisations, collectives).
+STACK_FUNCTIONS = CUDA_STACK_FUNCTIONS | NCCL_STACK_FUNCTIONS
 #: How ncclCommInitRank(comm*, nranks, ncclUniqueId id, rank) receives its 128-byte id, per
 #: machine, as the bpf/calls.c flag that reads its first 16 bytes into args[4..5]:
 #: x86-64 (System V): a struct over 16 bytes is copied onto the stack (read at sp + 8 at entry);
@@ -115,9 +121,23 @@ class GpuProbes:
     #: the metrics thread reads the totals while the agent's thread forgets exited processes
     _totals_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
+    #: GPU profiles: the calls of STACK_FUNCTIONS take a stack (None: as the source's profile
+    #: configuration says: on when profiles are on and --no-gpu-profiles is not given)
+    stacks: bool | None = None
+
     def __post_init__(self) -> None:
+        if self.stacks is None:
+            profiles = getattr(getattr(self.source, "config", None), "profiles", None)
+            self.stacks = bool(profiles is not None and profiles.enabled and getattr(profiles, "gpu", False))
         for name, library, hint, functions, flags, label in CALL_PROBES:
-            self.source.add_call_probe(name, library, functions, returns=True, label=label, flags=flags, hint=hint)
+            stacked = tuple(f for f in functions if f in STACK_FUNCTIONS) if self.stacks else ()
+            plain = tuple(f for f in functions if f not in stacked)
+            if plain:
+                self.source.add_call_probe(name, library, plain, returns=True, label=label, flags=flags, hint=hint)
+            if stacked:
+                self.source.add_call_probe(
+                    f"{name}.stack", library, stacked, returns=True, label=label, flags=flags | CALL_STACK, hint=hint
+                )
         self.source.add_probe(TIMED_LAUNCH_SPEC if self.timed_launches else LAUNCH_SPEC)
 
     def report(self, pid: int, attached: list[Attachment]) -> None:

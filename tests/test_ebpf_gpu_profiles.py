@@ -1,0 +1,230 @@
+"""Real eBPF, real processes: GPU profiles (allocations and in use, pinned memory, copies, waits,
+sampled launches) by full stack, linked to the request spans.
+
+No GPU: examples/gpu_profile_server.py calls the stand-in libraries of examples/cuda_standin
+(real names and signatures; the runtime calls the driver like the real one) from one Python
+function per route, loaded on the first request after the agent started (so every test also
+proves that a library loaded later is probed). One test runs the real libcudart.so.12 of the
+nvidia-cuda-runtime-cu12 wheel: its calls fail without a GPU, but they are made and probed.
+Profiles are read back from the OTLP JSON lines file the agent writes at exit.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from conftest import EXAMPLES, ROOT, wait_until
+from test_ebpf_http import spans_in_file
+from test_profiles_export import resolve
+
+from otelbpf.profiles.export import read_profiles_json_file
+
+pytestmark = pytest.mark.ebpf
+
+STANDIN = ROOT / "examples" / "cuda_standin"
+SERVER = 2  # OTLP SpanKind
+SYNC_US = 40_000
+#: examples/gpu_profile_server.py's functions, one per route
+ROUTE_FUNCTIONS = {
+    "load_weights", "grow_kv_cache", "scratch_buffers", "stream_ordered", "managed_buffer", "expandable_segment",
+    "upload_pageable", "upload_pinned", "register_host", "wait_for_device", "wait_for_stream", "launch_kernels",
+}  # fmt: skip
+REAL_CUDART = ROOT / ".venv" / "lib" / "python3.11" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def standin_libraries():
+    subprocess.run(["make", "-s", "-C", str(STANDIN)], check=True)
+
+
+def curl(port: int, path: str) -> dict:
+    out = subprocess.run(["curl", "-sf", f"http://127.0.0.1:{port}{path}"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout) if out.stdout else {}
+
+
+def start(services, agent, tmp_path, agent_args=(), server_args=(), env=None, libraries=("libcudart.so.12", "libcuda.so.1")):
+    server = services([str(EXAMPLES / "gpu_profile_server.py"), "--port", "0", *server_args], env=env or {})
+    run = agent(
+        ["--pid", str(server.pid), "--json-file", str(tmp_path / "spans.json"),
+         "--profiles-json-file", str(tmp_path / "profiles.jsonl"), "--profile-interval", "60",
+         "--gpu-min-call-duration", "0", *agent_args]
+    )  # fmt: skip
+    curl(server.port, "/health")
+    curl(server.port, "/load")
+    for name in libraries:
+        assert wait_until(lambda: f"GPU: pid {server.pid}: probing" in run.output and name in run.output, timeout=15), run.output
+    return server, run
+
+
+def samples_of(tmp_path: Path, pid: int) -> list[dict]:
+    """Every exported sample of ``pid``: type, Python function names (leaf first), value, link, attributes."""
+    out = []
+    for request in read_profiles_json_file(tmp_path / "profiles.jsonl"):
+        for p, sample_type, frames, link, attributes, value, _ts in resolve(request):
+            if p != pid:
+                continue
+            out.append({
+                "type": sample_type, "python": [f[1] for f in frames if f[0] == "cpython"],
+                "native": [f[1] for f in frames if f[0] == "native"], "value": value, "link": link,
+                "attributes": dict(attributes),
+            })  # fmt: skip
+    return out
+
+
+def by_function(samples, sample_type: tuple[str, str], **attributes) -> dict[str, int]:
+    """Python function nearest the leaf -> summed value, for samples of ``sample_type``."""
+    totals: dict[str, int] = defaultdict(int)
+    for s in samples:
+        if s["type"] != sample_type or any(s["attributes"].get(k) != v for k, v in attributes.items()):
+            continue
+        leaf = next((f for f in s["python"] if f in ROUTE_FUNCTIONS), "?")
+        totals[leaf] += s["value"]
+    return dict(totals)
+
+
+def stop(run, server):
+    assert run.stop() == 0, run.output
+    server.stop()
+
+
+def test_allocations_and_in_use_by_function_to_the_byte(services, agent, tmp_path):
+    server, run = start(services, agent, tmp_path)
+    curl(server.port, "/weights?bytes=1000000")
+    curl(server.port, "/kv?bytes=65536&blocks=3")
+    curl(server.port, "/scratch?bytes=4096&count=5")
+    curl(server.port, "/async?bytes=8192")  # 8192 kept, 16384 freed with cudaFreeAsync
+    curl(server.port, "/managed?bytes=12288")
+    curl(server.port, "/vmm?bytes=2097152&keep=1")
+    curl(server.port, "/vmm?bytes=4194304&keep=0")
+    stop(run, server)
+    samples = samples_of(tmp_path, server.pid)
+    alloc = by_function(samples, ("alloc_space", "bytes"))
+    objects = by_function(samples, ("alloc_objects", "count"))
+    inuse = by_function(samples, ("inuse_space", "bytes"))
+    assert alloc["load_weights"] == 1_000_000 and objects["load_weights"] == 1
+    assert alloc["grow_kv_cache"] == 3 * 65536 and objects["grow_kv_cache"] == 3
+    assert alloc["scratch_buffers"] == 5 * 4096 and objects["scratch_buffers"] == 5
+    assert alloc["stream_ordered"] == 8192 + 16384
+    assert alloc["managed_buffer"] == 12288
+    assert alloc["expandable_segment"] == 2097152 + 4194304
+    assert inuse["load_weights"] == 1_000_000
+    assert inuse["grow_kv_cache"] == 3 * 65536
+    assert "scratch_buffers" not in inuse  # freed
+    assert inuse["stream_ordered"] == 8192  # the cudaFreeAsync'd one is gone
+    assert inuse["managed_buffer"] == 12288
+    assert inuse["expandable_segment"] == 2097152  # released handle gone
+    kinds = {s["attributes"].get("otelbpf.gpu.memory.kind") for s in samples if s["type"] == ("alloc_space", "bytes")}
+    assert {"device", "stream_ordered", "managed", "vmm"} <= kinds
+    assert all(s["attributes"]["otelbpf.gpu.memory.granularity"] == "cuda_allocation"
+               for s in samples if s["type"][0].startswith(("alloc", "inuse")))  # fmt: skip
+    # the native part: the CUDA function the stack was taken in, under ctypes
+    weights = next(s for s in samples if s["type"] == ("alloc_space", "bytes") and "load_weights" in s["python"])
+    assert weights["native"][0].startswith("cudaMalloc"), weights["native"][:5]
+
+
+def test_copies_pageable_vs_pinned_waits_and_pinned_memory(services, agent, tmp_path):
+    server, run = start(services, agent, tmp_path, env={"CUDA_STANDIN_SYNC_US": str(SYNC_US)})
+    curl(server.port, "/pageable?bytes=300000")
+    curl(server.port, "/pinned?bytes=200000")
+    curl(server.port, "/register?bytes=40960")
+    for _ in range(3):
+        curl(server.port, "/sync")
+    curl(server.port, "/stream_sync")
+    stop(run, server)
+    samples = samples_of(tmp_path, server.pid)
+    copies = by_function(samples, ("copy", "bytes"))
+    assert copies == {"upload_pageable": 300000, "upload_pinned": 200000}
+    assert by_function(samples, ("copy", "bytes"), **{"otelbpf.gpu.memcpy.pageable": True}) == {"upload_pageable": 300000}
+    assert by_function(samples, ("copy", "bytes"), **{"otelbpf.gpu.memcpy.pageable": False}) == {"upload_pinned": 200000}
+    assert all(s["attributes"]["otelbpf.gpu.memcpy.kind"] == "host_to_device" for s in samples if s["type"] == ("copy", "bytes"))
+    pinned = by_function(samples, ("pinned_space", "bytes"))
+    assert pinned == {"upload_pinned": 200000, "register_host": 40960}
+    waits = by_function(samples, ("gpu_wait", "nanoseconds"), **{"otelbpf.gpu.wait.reason": "synchronize"})
+    # the stand-in sleeps SYNC_US in each: at least that, and not much more (the probes' and
+    # the scheduler's share: a sleep overshoots by well under 10 ms per call on an idle machine)
+    assert 3 * SYNC_US * 1000 <= waits["wait_for_device"] <= 3 * SYNC_US * 1000 + 3 * 10_000_000, waits
+    assert SYNC_US * 1000 <= waits["wait_for_stream"] <= SYNC_US * 1000 + 10_000_000, waits
+    blocking = by_function(samples, ("gpu_wait", "nanoseconds"), **{"otelbpf.gpu.wait.reason": "blocking_copy"})
+    assert set(blocking) == {"upload_pageable"}
+
+
+def test_launches_sampled_one_in_n_reconcile_with_the_totals(services, agent, tmp_path):
+    server, run = start(services, agent, tmp_path, agent_args=["--gpu-launch-sample-every", "50",
+                        "--metrics-json-file", str(tmp_path / "metrics.json")])  # fmt: skip
+    curl(server.port, "/launch?launches=1000")
+    curl(server.port, "/launch?launches=500")
+    stop(run, server)
+    samples = samples_of(tmp_path, server.pid)
+    launches = [s for s in samples if s["type"] == ("launches", "count")]
+    assert {s["value"] for s in launches} == {50}
+    assert by_function(samples, ("launches", "count")) == {"launch_kernels": 1500}
+    # every launch sample linked to a /launch request span
+    spans = {s.span.span_id.hex(): s for s in spans_in_file(tmp_path / "spans.json") if s.span.kind == SERVER}
+    for s in launches:
+        assert spans[s["link"][1]].attributes["url.path"] == "/launch"
+    # reconciled with the per-process launch totals the kernel keeps (the metrics' Sum)
+    from otelbpf.metrics import read_metrics_json_file
+
+    totals = [
+        point.as_int
+        for request in read_metrics_json_file(tmp_path / "metrics.json")
+        for resource_metrics in request.resource_metrics
+        for scope_metrics in resource_metrics.scope_metrics
+        for metric in scope_metrics.metrics
+        if metric.name == "otelbpf.gpu.kernel.launches"
+        for point in metric.sum.data_points
+    ]
+    assert totals and max(totals) == 1500 == sum(s["value"] for s in launches)
+
+
+def test_samples_linked_to_their_request_spans(services, agent, tmp_path):
+    server, run = start(services, agent, tmp_path)
+    curl(server.port, "/weights?bytes=1000")
+    curl(server.port, "/kv?bytes=2000&blocks=2")
+    curl(server.port, "/pageable?bytes=3000")
+    stop(run, server)
+    spans = {s.span.span_id.hex(): s for s in spans_in_file(tmp_path / "spans.json") if s.span.kind == SERVER}
+    expect = {"load_weights": "/weights", "grow_kv_cache": "/kv", "upload_pageable": "/pageable"}
+    checked = 0
+    for s in samples_of(tmp_path, server.pid):
+        leaf = next((f for f in s["python"] if f in expect), None)
+        if leaf is None:
+            continue
+        assert s["link"][1] in spans, s
+        assert spans[s["link"][1]].attributes["url.path"] == expect[leaf]
+        checked += 1
+    assert checked >= 6
+
+
+def test_no_gpu_profiles_takes_no_stacks(services, agent, tmp_path):
+    server, run = start(services, agent, tmp_path, agent_args=["--no-gpu-profiles"])
+    curl(server.port, "/weights?bytes=1000")
+    curl(server.port, "/launch?launches=300")
+    stop(run, server)
+    types = {s["type"][0] for s in samples_of(tmp_path, server.pid)} if (tmp_path / "profiles.jsonl").exists() else set()
+    assert not types & {"alloc_space", "inuse_space", "launches", "copy", "gpu_wait"}
+    # the spans are still there
+    assert any(s.span.name == "cudaMalloc" for s in spans_in_file(tmp_path / "spans.json"))
+
+
+@pytest.mark.skipif(not (REAL_CUDART / "libcudart.so.12").exists(), reason="nvidia-cuda-runtime-cu12 wheel not installed")
+def test_real_libcudart_allocation_stacks(services, agent, tmp_path):
+    server, run = start(
+        services, agent, tmp_path, server_args=["--lib-dir", str(REAL_CUDART), "--runtime-only"],
+        libraries=("libcudart.so.12",),
+    )
+    curl(server.port, "/weights?bytes=1000000")
+    curl(server.port, "/kv?bytes=4096&blocks=2")
+    stop(run, server)
+    samples = samples_of(tmp_path, server.pid)
+    alloc = by_function(samples, ("alloc_space", "bytes"))
+    assert alloc["load_weights"] == 1_000_000 and alloc["grow_kv_cache"] == 8192, alloc
+    failed = [s for s in samples if s["type"] == ("alloc_space", "bytes")]
+    assert all(s["attributes"].get("otelbpf.gpu.error_code") for s in failed)  # no GPU: every call failed
+    assert not by_function(samples, ("inuse_space", "bytes"))  # nothing was allocated
+    assert any(n.startswith("cudaMalloc") for s in failed for n in s["native"][:2]), failed[0]["native"][:5]
