@@ -33,7 +33,13 @@ ROUTE_FUNCTIONS = {
     "load_weights", "grow_kv_cache", "scratch_buffers", "stream_ordered", "managed_buffer", "expandable_segment",
     "upload_pageable", "upload_pinned", "register_host", "wait_for_device", "wait_for_stream", "launch_kernels",
 }  # fmt: skip
-REAL_CUDART = ROOT / ".venv" / "lib" / "python3.11" / "site-packages" / "nvidia" / "cuda_runtime" / "lib"
+
+
+def _real_cudart_dir() -> Path:
+    """Where the nvidia-cuda-runtime-cu12 wheel (a test dependency) put libcudart.so.12."""
+    import nvidia.cuda_runtime
+
+    return Path(next(iter(nvidia.cuda_runtime.__path__))) / "lib"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -212,10 +218,10 @@ def test_no_gpu_profiles_takes_no_stacks(services, agent, tmp_path):
     assert any(s.span.name == "cudaMalloc" for s in spans_in_file(tmp_path / "spans.json"))
 
 
-@pytest.mark.skipif(not (REAL_CUDART / "libcudart.so.12").exists(), reason="nvidia-cuda-runtime-cu12 wheel not installed")
 def test_real_libcudart_allocation_stacks(services, agent, tmp_path):
+    real_cudart = _real_cudart_dir()
     server, run = start(
-        services, agent, tmp_path, server_args=["--lib-dir", str(REAL_CUDART), "--runtime-only"],
+        services, agent, tmp_path, server_args=["--lib-dir", str(real_cudart), "--runtime-only"],
         libraries=("libcudart.so.12",),
     )
     curl(server.port, "/weights?bytes=1000000")
