@@ -90,6 +90,9 @@ struct conn_val {
      * connection need not read them from struct sock (raw tracepoints). */
     __u16 family;
     __u8 protocol;
+    /* bit (1 << source) set by user space: its bodies are wanted (an LLM
+     * call's stream), capture its big reads and writes whole (emit_whole) */
+    __u8 whole;
     /* When its TCP socket reached TCP_CLOSE (close sent then), 0 while open.
      * A send or receive already under way when the socket closed (a write
      * whose own segment drew the peer's RST) still lands here, stamped just
@@ -494,6 +497,97 @@ static __always_inline void fill_hdr(struct event_hdr *hdr, __u64 id, struct soc
     hdr->task_id = current_task_id(io->uses, (__u32)id);
 }
 
+/* ---- whole capture of marked connections (capture.h, DF_PIECE) ---- */
+
+/* Pieces after the first record: enough for WHOLE_CAPTURE_BYTES in all. */
+#define WHOLE_PIECES ((WHOLE_CAPTURE_BYTES - CAPTURE_BYTES + WHOLE_PIECE_BYTES - 1) / WHOLE_PIECE_BYTES)
+
+struct data_piece {
+    struct event_hdr hdr;
+    __u8 data[WHOLE_PIECE_BYTES];
+};
+/* A last piece that fits in this is reserved at this size instead (ring space:
+ * a read just over CAPTURE_BYTES should not take a whole WHOLE_PIECE_BYTES). */
+#define WHOLE_SMALL_PIECE_BYTES 4096
+struct data_piece_small {
+    struct event_hdr hdr;
+    __u8 data[WHOLE_SMALL_PIECE_BYTES];
+};
+
+/* Ring bytes the records of a call captured whole take (first + pieces). */
+static __always_inline __u64 whole_ring_bytes(__u64 end)
+{
+    __u64 pieces = (end - CAPTURE_BYTES + WHOLE_PIECE_BYTES - 1) / WHOLE_PIECE_BYTES;
+    return RING_RECORD_BYTES(sizeof(struct event_hdr) + CAPTURE_BYTES) +
+           pieces * RING_RECORD_BYTES(sizeof(struct data_piece));
+}
+
+/* A call being captured whole: its bounds and progress. Kept in a per-CPU map,
+ * not in registers, for the reason gather_iov's are (its comment): the verifier
+ * does not track a map value's contents, so every iteration of emit_whole's loop
+ * starts from the same state and the paths into it merge, instead of each
+ * caller's path walking every iteration with its own exact ranges (in registers
+ * the socket programs exceeded the verifier's 1M instructions). */
+struct whole_call {
+    __u64 buf;
+    __u64 total;
+    __u64 end;
+    __u64 offset;
+    __u64 wakeup;
+    struct event_hdr hdr;
+};
+BPF_PERCPU_ARRAY(whole_calls, struct whole_call, 1);
+
+/* The bytes of a flat buffer past the first record's CAPTURE_BYTES, up to
+ * `end` (<= WHOLE_CAPTURE_BYTES), as pieces reserved in the ring and read
+ * from user memory in place (no scratch copy). `hdr`: the first record's
+ * header (DF_PIECE set); each piece's total_len is its captured_len but the
+ * last's, which is the rest of the call. A piece the ring refuses (another
+ * CPU filled it since the check) ends the call: counted lost (STAT_LOST),
+ * like any refused record. bench/verifier_cost.py measures its cost. */
+static __always_inline void emit_whole(struct event_hdr *hdr, __u64 buf, __u64 total, __u64 end)
+{
+    int zero = 0;
+    volatile struct whole_call *w = whole_calls.lookup(&zero);
+    if (!w)
+        return;
+    w->buf = buf;
+    w->total = total;
+    w->end = end;
+    w->offset = CAPTURE_BYTES;
+    w->wakeup = ring_wakeup_flags();
+    __builtin_memcpy((void *)&w->hdr, hdr, sizeof(struct event_hdr));
+    for (int i = 0; i < WHOLE_PIECES; i++) {
+        __u64 offset = w->offset;
+        __u64 stop = w->end;
+        if (offset >= stop)
+            break;
+        __u64 take = stop - offset;
+        BOUND_FOR_VERIFIER(take, WHOLE_PIECE_BYTES);
+        struct data_piece *piece;
+        if (take <= WHOLE_SMALL_PIECE_BYTES)
+            piece = events.ringbuf_reserve(sizeof(struct data_piece_small));
+        else
+            piece = events.ringbuf_reserve(sizeof(struct data_piece));
+        if (!piece) {
+            count_stat(STAT_LOST);
+            break;
+        }
+        __builtin_memcpy(&piece->hdr, (void *)&w->hdr, sizeof(struct event_hdr));
+        if (take <= WHOLE_SMALL_PIECE_BYTES) {
+            __u64 small = take;
+            BOUND_FOR_VERIFIER(small, WHOLE_SMALL_PIECE_BYTES);
+            if (bpf_probe_read_user(piece->data, small, (void *)(w->buf + offset)) != 0)
+                take = 0;
+        } else if (bpf_probe_read_user(piece->data, take, (void *)(w->buf + offset)) != 0)
+            take = 0; /* unreadable (cannot happen after the syscall read it): counted missing */
+        piece->hdr.captured_len = take;
+        piece->hdr.total_len = offset + WHOLE_PIECE_BYTES >= stop ? w->total - offset : take;
+        events.ringbuf_submit(piece, w->wakeup);
+        w->offset = offset + WHOLE_PIECE_BYTES;
+    }
+}
+
 static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn_val *known)
 {
     if (io->family != MY_AF_UNIX)
@@ -502,6 +596,15 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
     if (!conn_id)
         return 0;
     __u64 wanted = io->total < CAPTURE_BYTES ? io->total : CAPTURE_BYTES;
+    /* Marked for whole capture, a flat buffer, more than the prefix: the
+     * rest follows in pieces (emit_whole). Unmarked calls pay one test. */
+    __u64 end = 0;
+    if (io->total > CAPTURE_BYTES && io->kind == IO_BUF && known && known->conn_id == conn_id &&
+        (known->whole & (1 << SOURCE_SOCKET))) {
+        end = io->total < WHOLE_CAPTURE_BYTES ? io->total : WHOLE_CAPTURE_BYTES;
+        if (ring_unconsumed_bytes() + whole_ring_bytes(end) > RING_BYTES)
+            end = 0; /* no room for all of it now: the prefix, as unmarked */
+    }
     if (ring_full_for(sizeof(struct event_hdr) + wanted))
         return 0;
     int zero = 0;
@@ -512,8 +615,13 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
     fill_hdr(&rec->hdr, id, io, conn_id, EV_DATA);
     rec->hdr.flags = io->flags;
     rec->hdr.captured_len = captured;
+    if (end) {
+        rec->hdr.flags |= DF_PIECE;
+        rec->hdr.total_len = captured;
+    }
     BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
-    submit_stat(rec, sizeof(struct event_hdr) + captured);
+    if (submit_stat(rec, sizeof(struct event_hdr) + captured) == 0 && end)
+        emit_whole(&rec->hdr, io->buf, io->total, end);
     return 0;
 }
 

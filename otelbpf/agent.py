@@ -71,10 +71,21 @@ def live_pipeline(source, consumer, resources, counters, options=None, max_conne
         on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id, conn.source),
         on_new_process=source.watch_process,
         on_process_exit=source.forget_process,
+        on_wants_bodies=_whole_capture(source),
     )
     genai.attach(pipeline)
     gpu.attach(pipeline)
     return pipeline
+
+
+def _whole_capture(source):
+    """The pipeline's on_wants_bodies for ``source``: whole capture of the connection
+    in the kernel (EbpfSource.capture_whole), or None for a source without it."""
+    try:
+        capture_whole = source.capture_whole
+    except AttributeError:
+        return None
+    return lambda conn: capture_whole(conn.pid, conn.fd, conn.conn_id, conn.source)
 
 
 class Agent:

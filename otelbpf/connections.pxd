@@ -32,6 +32,8 @@ cdef class Connection:
     cdef public dict exchanges
     cdef public object end_outcome
     cdef public object shed
+    cdef public object wants_bodies
+    cdef public object missing_bytes
     cdef public list _probe_events
     cdef public object _parse_errors_seen
 

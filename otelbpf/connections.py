@@ -61,6 +61,8 @@ class Connection:
         "exchanges",
         "end_outcome",
         "shed",
+        "wants_bodies",
+        "missing_bytes",
         "_probe_events",
         "_parse_errors_seen",
     )
@@ -96,6 +98,10 @@ class Connection:
         self.end_outcome = Outcome.CONNECTION_CLOSED
         #: Muted to keep the agent within its CPU budget (see ConnectionTable.shed_permille).
         self.shed = False
+        #: An exchange on it reported progress (its bodies are read): marked for whole capture.
+        self.wants_bodies = False
+        #: Bytes its calls moved that the capture cut off (past the prefix or the whole-capture bound).
+        self.missing_bytes = 0
         self._probe_events: list[DataEvent | DatagramEvent] = []
         self._parse_errors_seen = 0
 
@@ -299,7 +305,10 @@ class ConnectionTable:
             conn.sendfile_ns = event.ts_ns
         if conn.session is not None:
             data = event.data  # the fields read here, where the event's type is known (typed when compiled)
-            self._feed(conn, event, event.direction, data, event.ts_ns, event.total_len - len(data))
+            missing = event.total_len - len(data)
+            if missing > 0:
+                conn.missing_bytes += missing
+            self._feed(conn, event, event.direction, data, event.ts_ns, missing)
         elif not conn.unrecognized:
             self._detect(conn, event, self.stream_detectors)
 

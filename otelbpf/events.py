@@ -55,6 +55,9 @@ class DataFlags(enum.IntFlag):
     IOV_TRUNCATED = 2
     #: A sendmmsg/recvmmsg datagram the probe could not place in its array: counted, not captured.
     MMSG_UNKNOWN = 4
+    #: One of several records of one call on a connection marked for whole capture
+    #: (bpf/capture.h, DF_PIECE): its total_len is the bytes it stands for.
+    PIECE = 8
 
 
 @dataclass(slots=True)

@@ -20,6 +20,7 @@ cdef class Pipeline:
     cdef public object registry
     cdef public object on_new_process
     cdef public object on_process_exit
+    cdef public object on_wants_bodies
     cdef public Linker linker
     cdef public ConnectionTable table
     cdef public dict progress_observers

@@ -59,6 +59,8 @@ log = logging.getLogger("otelbpf.pipeline")
 
 #: SpanKind by number: an exchange's kind (ExchangeKind, same numbers) without an enum call per span.
 _SPAN_KINDS = {kind.value: kind for kind in SpanKind}
+#: DataFlags.PIECE as a plain int: a record of a call captured whole, in pieces.
+_PIECE = 8
 
 _COMPLETE = Outcome.COMPLETE  # read once, not off the enum class per span
 
@@ -99,6 +101,7 @@ class Pipeline:
         on_unrecognized=None,
         on_new_process=None,
         on_process_exit=None,
+        on_wants_bodies=None,
     ) -> None:
         self.consumer = consumer
         self.resources = resources
@@ -109,6 +112,10 @@ class Pipeline:
         #: source attaches / detaches per-process probes).
         self.on_new_process = on_new_process
         self.on_process_exit = on_process_exit
+        #: Told (with the Connection) the first time an exchange on a connection reports
+        #: progress (its bodies are read: an LLM call): the eBPF source then captures the
+        #: connection's big reads and writes whole (bpf/socket.c, emit_whole).
+        self.on_wants_bodies = on_wants_bodies
         self.linker = Linker(counters)
         self.table = ConnectionTable(
             self.registry.detectors(),
@@ -233,7 +240,8 @@ class Pipeline:
             tick(self.last_ts_ns, False)
 
     def _on_data(self, event: DataEvent) -> None:
-        if event.total_len > len(event.data) and not event.flags:
+        flags = event.flags
+        if event.total_len > len(event.data) and (flags == 0 or flags == _PIECE):
             self._truncated += 1
         self.table.data(event)
         self.last_ts_ns = event.ts_ns
@@ -378,6 +386,10 @@ class Pipeline:
         observers = self.progress_observers.get(item.exchange.protocol)
         if not observers:
             return
+        if not conn.wants_bodies:  # its first progress: capture its bodies whole from now on
+            conn.wants_bodies = True
+            if self.on_wants_bodies is not None:
+                self.on_wants_bodies(conn)
         start = self._open.get(id(item.exchange))
         if start is None:
             if not conn.shed:  # a shed connection's exchange was never started: not a violation

@@ -53,6 +53,7 @@ int main(void) {
     C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
     C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_PROFILE_LOST); C(STAT_COUNT);
     C(SOURCE_SOCKET); C(SOURCE_TLS); C(DF_SENDFILE); C(DF_IOV_TRUNCATED); C(DF_MMSG_UNKNOWN);
+    C(DF_PIECE); C(WHOLE_CAPTURE_BYTES); C(WHOLE_PIECE_BYTES);
     return 0;
 }
 """
@@ -119,18 +120,21 @@ def test_constants_match_c(c_layout):
     names = (
         "EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER EV_DATAGRAM EV_PROC_START EV_CALL "
         "STAT_LOST STAT_IO_MAP_FULL STAT_NO_TUPLE STAT_MMSG_UNKNOWN STAT_CALL_DEPTH STAT_TLS_UNATTRIBUTED STAT_PROFILE_LOST STAT_COUNT "
-        "SOURCE_SOCKET SOURCE_TLS DF_SENDFILE DF_IOV_TRUNCATED DF_MMSG_UNKNOWN"
+        "SOURCE_SOCKET SOURCE_TLS DF_SENDFILE DF_IOV_TRUNCATED DF_MMSG_UNKNOWN "
+        "DF_PIECE WHOLE_CAPTURE_BYTES WHOLE_PIECE_BYTES"
     ).split()
     for name in names:
         assert c_layout[name] == (getattr(layout, name),), name
     from otelbpf.events import DataFlags, Source
 
     assert (layout.SOURCE_SOCKET, layout.SOURCE_TLS) == (Source.SOCKET, Source.TLS)
-    assert (layout.DF_SENDFILE, layout.DF_IOV_TRUNCATED, layout.DF_MMSG_UNKNOWN) == (
+    assert (layout.DF_SENDFILE, layout.DF_IOV_TRUNCATED, layout.DF_MMSG_UNKNOWN, layout.DF_PIECE) == (
         DataFlags.SENDFILE,
         DataFlags.IOV_TRUNCATED,
         DataFlags.MMSG_UNKNOWN,
+        DataFlags.PIECE,
     )
+    assert layout.WHOLE_CAPTURE_BYTES >= 256 * 1024  # the documented bound per call (capture.h)
 
 
 # -- saved user registers (ebpf_layout.SYSCALL_REGS) ---------------------------

@@ -671,6 +671,23 @@ class EbpfSource:
             value.muted |= 1 << int(source)
             table[key] = value
 
+    def capture_whole(self, pid: int, fd: int, conn_id: int, source: int = Source.SOCKET) -> None:
+        """Capture this connection's reads and writes whole from now on (up to
+        capture.h's WHOLE_CAPTURE_BYTES per call, in several records) instead of
+        their first --capture-bytes: its bodies are read (an LLM call's stream).
+        Socket capture only (TLS plaintext keeps its prefix)."""
+        if source != Source.SOCKET:
+            return
+        table = self._bpf["conns"]
+        key = table.Key(pid, fd)
+        try:
+            value = table[key]
+        except KeyError:
+            return
+        if value.conn_id == conn_id and not value.whole & (1 << int(source)):
+            value.whole |= 1 << int(source)
+            table[key] = value
+
     # -- steady state ------------------------------------------------------
 
     def _on_record(self, _ctx, data, size) -> int:

@@ -61,6 +61,11 @@ SOURCE_TLS = 1
 DF_SENDFILE = 1
 DF_IOV_TRUNCATED = 2
 DF_MMSG_UNKNOWN = 4
+#: capture.h, whole capture of marked connections: one of several records of one call
+DF_PIECE = 8
+#: capture.h: the most of one call a marked connection has copied, and the records' piece size.
+WHOLE_CAPTURE_BYTES = 256 * 1024
+WHOLE_PIECE_BYTES = 16384
 
 STAT_LOST = 0
 STAT_IO_MAP_FULL = 1
