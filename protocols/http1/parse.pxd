@@ -6,7 +6,7 @@
 cimport cython as cy
 from protocols.http1.types cimport FieldBlock, HttpMessageBase, HttpRequest, HttpResponse
 
-cdef int _HEAD, _FIXED_BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _TRAILERS, _UNTIL_CLOSE, _RESYNC, _OPAQUE
+cdef int _HEAD, _FIXED_BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _TRAILERS, _UNTIL_CLOSE, _RESYNC, _OPAQUE, _CHUNK_RESYNC
 cdef int _NO_FRAMING, _LENGTH, _CHUNKED, _OTHER_CODING, _INVALID
 
 
@@ -18,6 +18,9 @@ cdef class HttpParser:
     cdef public Py_ssize_t max_head_size
     cdef public Py_ssize_t max_headers
     cdef public Py_ssize_t parse_errors
+    cdef public Py_ssize_t resyncs
+    cdef Py_ssize_t _resync_scanned
+    cdef bint _resync_fresh
     cdef bint _is_request
     cdef object _looks_like_start
     cdef object _looks_like_restart
@@ -63,12 +66,16 @@ cdef class HttpParser:
     @cy.locals(message=HttpMessageBase)
     cdef void _abandon_message(self, list events, bint body_lost=*) except *
     cdef void _lose_sync(self, list events) except *
+    cdef Py_ssize_t _consume_chunk_resync(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    cdef void _consume_carried(self, head, long long ts_ns, list events) except *
+    cdef void _chunk_resync(self, long long ts_ns, list events, bint after_gap) except *
     cdef void _skip_missing(self, long long missing, long long ts_ns, list events) except *
     @cy.locals(message=HttpMessageBase)
     cdef void _skip_body(self, long long count, long long ts_ns) except *
 
 
 cdef Py_ssize_t _skip_blank_lines(data, Py_ssize_t pos) except -1
+cdef bint _chunk_end_fits(bytes text, Py_ssize_t after, long long chunk, Py_ssize_t size) except -1
 @cy.locals(parsed=tuple)
 cdef object _new_request(str start_line)
 @cy.locals(parsed=tuple)

@@ -140,7 +140,11 @@ class HeadComplete:
 
 @dataclass
 class BodyData:
-    """Body bytes of ``message`` (de-chunked), moved by a syscall at ``ts_ns``."""
+    """Body bytes of ``message`` (de-chunked), moved by a syscall at ``ts_ns``.
+
+    ``data`` None marks a hole (only while ``body_events`` is on): body bytes the
+    capture lost here, so that a reader of the pieces (an SSE stream) resumes at its
+    next boundary instead of joining the bytes on both sides of it."""
 
     __slots__ = ("message", "data", "ts_ns")
     message: HttpMessage
@@ -178,6 +182,16 @@ _TRAILERS = 5  # trailer section after the last chunk
 _UNTIL_CLOSE = 6  # response body delimited by connection close
 _RESYNC = 7  # framing lost: discard until a chunk begins with a message start
 _OPAQUE = 8  # after 101 Switching Protocols or a CONNECT tunnel: not HTTP/1 any more
+_CHUNK_RESYNC = 9  # chunked body whose pieces are read (body_events) lost its framing: find the next chunk
+
+#: A chunk boundary to resume at after a gap: the CRLF ending some chunk's data, then a chunk-size line.
+_CHUNK_BOUNDARY = re.compile(rb"\r\n([0-9a-fA-F]{1,8})(?:;[^\r\n]{0,256})?\r\n")
+#: The same at the start of the bytes after a gap (a read that began with a chunk).
+_CHUNK_LINE_AT = re.compile(rb"([0-9a-fA-F]{1,8})(?:;[^\r\n]{0,256})?\r\n")
+#: Bytes kept across reads while looking for a boundary (one may straddle two reads).
+_RESYNC_CARRY = 280
+#: Bytes searched for a boundary before giving up on the message (then as any lost framing).
+MAX_CHUNK_RESYNC = 1 << 20
 
 
 # How a body is delimited (ints, C ints when compiled, like the states).
@@ -222,6 +236,10 @@ class HttpParser:
         self.max_headers = max_headers
         #: Count of malformed or unparsable inputs skipped.
         self.parse_errors = 0
+        #: Chunked bodies resumed at a later chunk after a gap or lost framing (body_events only).
+        self.resyncs = 0
+        self._resync_scanned = 0
+        self._resync_fresh = False  # the next bytes follow a gap: a chunk may start right there
         self._is_request = kind == "request"
         self._looks_like_start: Callable[[bytes], bool] = (
             looks_like_request_start if self._is_request else looks_like_response_start
@@ -334,6 +352,8 @@ class HttpParser:
                 pos = self._consume_trailers(data, pos, ts_ns, events)
             elif state == _UNTIL_CLOSE:
                 pos = self._consume_until_close(data, pos, ts_ns, events)
+            elif state == _CHUNK_RESYNC:
+                pos = self._consume_chunk_resync(data, pos, ts_ns, events)
             else:  # RESYNC or OPAQUE: the rest of this chunk is ignored
                 return
             if self._message is not None:  # what was just consumed belongs to it
@@ -363,7 +383,10 @@ class HttpParser:
             return pos
         size = _chunk_size(line)
         if size is None:
-            self._lose_sync(events)
+            if self.body_events:
+                self._chunk_resync(ts_ns, events, False)
+            else:
+                self._lose_sync(events)
         elif size == 0:
             # Seed the buffer with the last-chunk line's CRLF so that the
             # trailer section, empty or not, ends at the first CRLFCRLF.
@@ -386,12 +409,94 @@ class HttpParser:
         expected = b"\r\n"[2 - self._remaining :]
         seen = data[pos : pos + len(expected)]
         if not expected.startswith(seen):
-            self._lose_sync(events)
+            if self.body_events:
+                self._chunk_resync(ts_ns, events, False)
+            else:
+                self._lose_sync(events)
             return pos
         self._remaining -= len(seen)
         if self._remaining == 0:
             self._state = _CHUNK_SIZE
         return pos + len(seen)
+
+    def _consume_chunk_resync(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        """Look for the next chunk boundary that can be trusted: a CRLF then a chunk-size
+        line (or such a line right where the bytes after a gap begin) whose chunk ends
+        with its CRLF where that is in view; resume the body there. What lies before it
+        was framing and body both, lost."""
+        carry = self._buffer
+        if carry:
+            text = bytes(carry) + data[pos:]
+            carried = len(carry)
+            carry.clear()
+        else:
+            text = data[pos:] if pos else data
+            carried = 0
+        size = len(text)
+        found = -1
+        after = 0
+        chunk = 0
+        if self._resync_fresh and not carried:
+            self._resync_fresh = False
+            match = _CHUNK_LINE_AT.match(text)
+            if match is not None:
+                chunk = int(match.group(1), 16)
+                after = match.end()
+                if _chunk_end_fits(text, after, chunk, size):
+                    found = 0
+        if found < 0:
+            self._resync_fresh = False
+            search = 0
+            while True:
+                match = _CHUNK_BOUNDARY.search(text, search)
+                if match is None:
+                    break
+                chunk = int(match.group(1), 16)
+                after = match.end()
+                if _chunk_end_fits(text, after, chunk, size):
+                    found = match.start()
+                    break
+                search = match.start() + 2
+        if found < 0:
+            self._resync_scanned += size - carried
+            if self._resync_scanned > MAX_CHUNK_RESYNC:
+                self._lose_sync(events)
+                return len(data)
+            keep = text[-_RESYNC_CARRY:] if size > _RESYNC_CARRY else text
+            carry += keep
+            return len(data)
+        self.resyncs += 1
+        self._resync_scanned = 0
+        consumed = pos + after - carried  # where the chunk's data begins in data
+        if chunk == 0:
+            self._buffer += b"\r\n"  # as _consume_chunk_size: the trailers end at CRLFCRLF
+            self._state = _TRAILERS
+        else:
+            self._remaining = chunk
+            self._state = _CHUNK_DATA
+        if consumed < pos:  # the boundary was in the carried bytes: its data starts in them
+            head = text[after : carried]
+            self._consume_carried(head, ts_ns, events)
+            return pos
+        return consumed
+
+    def _consume_carried(self, head: bytes, ts_ns: int, events: list[ParserEvent]) -> None:
+        """Bytes of the carry that follow the boundary found: parsed before the new ones."""
+        if head:
+            self._consume(head, ts_ns, events)
+
+    def _chunk_resync(self, ts_ns: int, events: list[ParserEvent], after_gap: bool) -> None:
+        """Chunked framing was lost inside a body whose pieces are read: keep the message
+        (marked truncated), tell the body's reader its bytes have a hole (BodyData with
+        data None), and resume at the next chunk boundary (_consume_chunk_resync)."""
+        message = self._message
+        assert message is not None
+        message.body_truncated = True
+        events.append(BodyData(message, None, ts_ns))
+        self._buffer.clear()
+        self._resync_scanned = 0
+        self._resync_fresh = after_gap
+        self._state = _CHUNK_RESYNC
 
     def _consume_trailers(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
         section, pos = self._take_section(data, pos, b"\r\n\r\n", self.max_head_size, events)
@@ -617,13 +722,23 @@ class HttpParser:
         state = self._state
         if state == _RESYNC or state == _OPAQUE:
             return
+        if state == _CHUNK_RESYNC:
+            self._buffer.clear()  # a boundary cannot straddle the hole
+            self._resync_fresh = True
+            return
+        gap = self.body_events and self._message is not None
         if state == _UNTIL_CLOSE:
             self._skip_body(missing, ts_ns)
+            if gap:
+                events.append(BodyData(self._message, None, ts_ns))
             return
         if state == _FIXED_BODY or state == _CHUNK_DATA:
             skipped = min(missing, self._remaining)
             self._skip_body(skipped, ts_ns)
             missing -= skipped
+            if gap and (skipped or missing):
+                events.append(BodyData(self._message, None, ts_ns))
+                gap = False  # told once
             if self._remaining == 0:
                 if state == _FIXED_BODY:
                     self._finish(ts_ns, events)
@@ -631,7 +746,20 @@ class HttpParser:
                     self._remaining = 2
                     self._state = _CHUNK_DATA_END
         if missing > 0:  # the gap covers framing or a head: where the stream resumes is unknown
-            self._lose_sync(events)
+            state = self._state
+            if self.body_events and self._message is not None and (
+                state == _CHUNK_SIZE or state == _CHUNK_DATA_END or state == _CHUNK_DATA
+            ):
+                if gap:
+                    self._chunk_resync(ts_ns, events, True)
+                else:  # the reader was told of the hole above
+                    self._message.body_truncated = True
+                    self._buffer.clear()
+                    self._resync_scanned = 0
+                    self._resync_fresh = True
+                    self._state = _CHUNK_RESYNC
+            else:
+                self._lose_sync(events)
 
     def _skip_body(self, count: int, ts_ns: int) -> None:
         message = self._message
@@ -776,6 +904,17 @@ def _content_length(value: str) -> int | None:
     if not (digits.isascii() and digits.isdigit() and len(digits) <= 18):
         return None
     return int(digits)
+
+
+def _chunk_end_fits(text: bytes, after: int, chunk: int, size: int) -> bool:
+    """Does a chunk of ``chunk`` bytes whose data starts at ``after`` end with its CRLF
+    (or the last chunk with the empty trailer section), as far as ``text`` shows?"""
+    end = after + chunk
+    if end + 2 <= size:
+        return text[end : end + 2] == b"\r\n"
+    if end < size:  # one byte in view
+        return text[end] == 0x0D
+    return True  # ends in a later read: _consume_chunk_data_end checks it there
 
 
 def _chunk_size(line: bytes) -> int | None:

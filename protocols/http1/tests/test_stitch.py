@@ -176,7 +176,7 @@ def test_close_with_unanswered_requests_ends_them_all() -> None:
 
 
 def test_lost_sync_in_a_response_body_still_ends_its_exchange() -> None:
-    session = Http1Session(SERVER)
+    session = Http1Session(SERVER, progress=False)
     session.feed(IN, CURL_GET, 1)
     cut = CHUNKED_RESPONSE.index(b"token1")  # inside the first chunk's data
     [exchange] = ended(session.feed(OUT, CHUNKED_RESPONSE[:cut], 2, missing=500))
