@@ -241,6 +241,11 @@ OTELBPF_GEN_AI_RESPONSE_CHUNKS = "otelbpf.gen_ai.response.chunks"
 OTELBPF_GEN_AI_RESPONSE_TIME_PER_OUTPUT_CHUNK = "otelbpf.gen_ai.response.time_per_output_chunk"
 #: captured prompt/completion text was cut to the capture limit.
 OTELBPF_GEN_AI_CONTENT_TRUNCATED = "otelbpf.gen_ai.content.truncated"
+#: holes in the response body (bytes the capture lost) that the stream was resumed after,
+OTELBPF_GEN_AI_RESPONSE_GAPS = "otelbpf.gen_ai.response.gaps"
+#: where gen_ai.usage.* came from when not from this side's own bytes: ``peer`` (the other
+#: end of the same call, traced too, read them; as otelbpf.rpc.method.source for gRPC).
+OTELBPF_GENAI_USAGE_SOURCE = "otelbpf.genai.usage.source"
 #: otelbpf's own HTTP/2 and gRPC span attributes:
 #: some header field of the stream referred to an HPACK entry older than the agent (docs/http2.md),
 OTELBPF_HTTP2_HPACK_INCOMPLETE = "otelbpf.http2.hpack_incomplete"

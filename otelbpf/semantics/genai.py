@@ -52,6 +52,8 @@ from protocols.http1.types import HttpExchange
 
 #: LLM calls tracked at once (their state is bounded each: protocols/genai/llm.py).
 MAX_CALLS = 1024
+#: Usage remembered per call for the other end's span (peer fill), forgotten all at once when full.
+MAX_PEER_USAGE = 4096
 
 _OPERATIONS = {
     Operation.CHAT: sc.GEN_AI_OPERATION_CHAT,
@@ -97,6 +99,11 @@ class GenAiLayer:
         #: id(exchange) -> (exchange, its call): LLM exchanges in flight.
         self._calls: dict[int, tuple[object, LlmCall]] = {}
         self.evicted = 0
+        #: (response id, model) -> (input tokens, output tokens, finish reasons) of calls whose
+        #: span had usage: the other end of the same call (both traced) takes them when its
+        #: own bytes lost them (peer fill, ``otelbpf.genai.usage.source = peer``).
+        self._peer_usage: dict[tuple[str, str], tuple] = {}
+        self.peer_filled = 0
 
     def __len__(self) -> int:
         return len(self._calls)
@@ -148,7 +155,32 @@ class GenAiLayer:
         facts = self.take(exchange)
         if facts is None:
             return None
+        if facts.response_id is not None:
+            self._peer_fill(facts)
         return genai_attributes(facts, exchange.start_ns, attrs)
+
+    def _peer_fill(self, facts: LlmFacts) -> None:
+        """Share usage between the two ends of one call, matched by response id and model:
+        a side whose bytes held it remembers it; a side whose bytes lost it (a capture
+        gap) takes it. The side that lost it usually ends last (the client reads what the
+        server wrote), so the one with it has been seen by then."""
+        key = (facts.response_id, facts.request_model or facts.response_model or "")
+        table = self._peer_usage
+        if facts.input_tokens is not None or facts.output_tokens is not None:
+            if len(table) >= MAX_PEER_USAGE:
+                table.clear()
+            table[key] = (facts.input_tokens, facts.output_tokens, facts.finish_reasons)
+            return
+        known = table.pop(key, None)
+        if known is None:
+            return
+        facts.input_tokens, facts.output_tokens = known[0], known[1]
+        if not facts.finish_reasons:
+            facts.finish_reasons = known[2]
+        facts.usage_source = "peer"
+        self.peer_filled += 1
+        if self.counters is not None:
+            self.counters.add("otelbpf.genai.usage.peer_filled")
 
 
 def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeValue]) -> str:
@@ -195,6 +227,10 @@ def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeV
         attrs[sc.GEN_AI_OUTPUT_MESSAGES] = json.dumps([message], ensure_ascii=False)
     if facts.content_truncated:
         attrs[sc.OTELBPF_GEN_AI_CONTENT_TRUNCATED] = True
+    if facts.gaps:
+        attrs[sc.OTELBPF_GEN_AI_RESPONSE_GAPS] = facts.gaps
+    if facts.usage_source:
+        attrs[sc.OTELBPF_GENAI_USAGE_SOURCE] = facts.usage_source
     model = facts.request_model or facts.response_model
     return f"{operation} {model}" if model else operation
 

@@ -170,6 +170,10 @@ class LlmFacts:
     output_text: str | None = None
     #: Some content was cut to the capture limit.
     content_truncated: bool = False
+    #: Holes in the response body (bytes the capture lost); the stream resumed after each.
+    gaps: int = 0
+    #: Where the usage came from: "" (this side's bytes), "peer" (the other end's span).
+    usage_source: str = ""
 
 
 _SSE, _NDJSON, _JSON = 1, 2, 3
@@ -182,6 +186,7 @@ class LlmCall:
         "endpoint", "capture_content", "request_limit", "response_limit", "content_limit", "errors",
         "_req_head", "_req_tail", "_req_size", "_request", "_mode", "_sse", "_lines",
         "_resp_head", "_resp_tail", "_resp_size", "_facts", "_finish", "_output", "_budget", "_ended",
+        "_req_gap", "_resp_gap", "_parsed_first",
     )  # fmt: skip
 
     def __init__(
@@ -214,6 +219,9 @@ class LlmCall:
         self._output: list[str] = []
         self._budget = content_limit
         self._ended = False
+        self._req_gap = False  # request body bytes were lost: parse it best effort
+        self._resp_gap = False  # response body bytes were lost (the facts say so: gaps)
+        self._parsed_first = False  # the first streamed chunk was decoded (ids, model)
 
     # -- feeding ---------------------------------------------------------------
 
@@ -227,8 +235,11 @@ class LlmCall:
             held += self._lines.buffered
         return held
 
-    def request_body(self, data: bytes) -> None:
+    def request_body(self, data: bytes | None) -> None:
         try:
+            if data is None:  # a hole: bytes the capture lost
+                self._req_gap = True
+                return
             self._req_size += len(data)
             self._req_head, self._req_tail = _keep(self._req_head, self._req_tail, data, self.request_limit)
         except Exception:  # noqa: BLE001 - never raise on what a traced program sends
@@ -247,8 +258,11 @@ class LlmCall:
         except Exception:  # noqa: BLE001
             self.errors += 1
 
-    def response_body(self, ts_ns: int, data: bytes) -> None:
+    def response_body(self, ts_ns: int, data: bytes | None) -> None:
         try:
+            if data is None:
+                self._response_gap()
+                return
             if not self._mode:
                 self._sniff(data)
             mode = self._mode
@@ -265,6 +279,17 @@ class LlmCall:
                 self._resp_head, self._resp_tail = _keep(self._resp_head, self._resp_tail, data, self.response_limit)
         except Exception:  # noqa: BLE001
             self.errors += 1
+
+    def _response_gap(self) -> None:
+        """Response bytes were lost here (a truncated or lost capture): streams resume at
+        their next trustworthy boundary (SseParser.gap, LineSplitter.gap); a JSON body is
+        then read from its kept head and tail only."""
+        self._resp_gap = True
+        self._facts.gaps += 1
+        if self._sse is not None:
+            self._sse.gap()
+        elif self._lines is not None:
+            self._lines.gap()
 
     def finish(self) -> LlmFacts | None:
         """The facts, once the exchange is over; None if the request was not a JSON object."""
@@ -287,7 +312,7 @@ class LlmCall:
         first = head.lstrip()[:1]
         if first != b"{":
             return {}  # not a JSON object: not an LLM call
-        if self._req_size <= self.request_limit:
+        if self._req_size <= self.request_limit and not self._req_gap:
             parsed = _loads(bytes(head))
             if parsed is not None:
                 return parsed
@@ -359,12 +384,27 @@ class LlmCall:
             self._chunk(ts_ns)
             self._openai_fields(self._scan_object(event.data, event.tail))
             return
-        data = event.data.strip()
+        data = event.data
+        if self._parsed_first and not self.capture_content:
+            # Cheap per chunk: a chunk that carries no usage and no finish reason is
+            # only counted (is it output?) from its bytes, never decoded.
+            if self.endpoint.api is Api.OPENAI_RESPONSES:
+                if _responses_delta(event.event, data):
+                    self._chunk(ts_ns)
+                    return
+            else:
+                output = _openai_plain_chunk(data)
+                if output >= 0:
+                    if output:
+                        self._chunk(ts_ns)
+                    return
+        data = data.strip()
         if not data or data == b"[DONE]":
             return
         obj = _loads(data)
         if obj is None:
             return
+        self._parsed_first = True
         if self.endpoint.api is Api.OPENAI_RESPONSES:
             self._responses_event(ts_ns, obj)
         else:
@@ -376,12 +416,20 @@ class LlmCall:
             self._chunk(ts_ns)
             self._ollama_object(self._scan_object(line, tail))
             return
+        if self._parsed_first and not self.capture_content:
+            output = _ollama_plain_line(line)
+            if output >= 0:
+                if output:
+                    self._chunk(ts_ns)
+                return
         line = line.strip()
         if not line:
             return
         obj = _loads(line)
-        if obj is not None and self._ollama_object(obj):
-            self._chunk(ts_ns)
+        if obj is not None:
+            self._parsed_first = True
+            if self._ollama_object(obj):
+                self._chunk(ts_ns)
 
     def _ids(self, obj: dict) -> None:
         facts = self._facts
@@ -504,7 +552,7 @@ class LlmCall:
         head = self._resp_head
         if head.lstrip()[:1] != b"{":
             return
-        if self._resp_size <= self.response_limit:
+        if self._resp_size <= self.response_limit and not self._resp_gap:
             obj = _loads(bytes(head))
             if obj is None:
                 return
@@ -649,6 +697,105 @@ class LlmCall:
         if self.capture_content and self._output:
             facts.output_text = "".join(self._output)
         return facts
+
+
+# -- reading a stream chunk's bytes without decoding it (LlmCall._on_sse, cheap per chunk) --
+
+
+def _value_at(data: bytes, key: bytes) -> int:
+    """Where the value of the first ``key`` (a quoted JSON key, ``b'"usage"'``) starts in
+    ``data``: the index of its first byte; -1 when the key is not there (as a key: a
+    quoted name followed by a colon); -2 when it is there but not followed as a key
+    should be (the caller then decodes the chunk). In a JSON text a quoted name can only
+    be a key or a string value (quotes inside strings are escaped), so the first match
+    followed by a colon is the key."""
+    index = data.find(key)
+    if index < 0:
+        return -1
+    pos = index + len(key)
+    size = len(data)
+    while pos < size and data[pos] == 0x20:
+        pos += 1
+    if pos >= size or data[pos] != 0x3A:  # ":"
+        return -2
+    pos += 1
+    while pos < size and data[pos] == 0x20:
+        pos += 1
+    return pos if pos < size else -2
+
+
+def _absent_or_null(data: bytes, key: bytes) -> bool:
+    """Is ``key`` absent from the chunk, or null?"""
+    pos = _value_at(data, key)
+    if pos == -1:
+        return True
+    return pos >= 0 and data.startswith(b"null", pos)
+
+
+def _nonempty_string(data: bytes, key: bytes) -> int:
+    """1: ``key``'s value is a non-empty string; 0: absent, null or ""; -1: anything else."""
+    pos = _value_at(data, key)
+    if pos == -1:
+        return 0
+    if pos < 0:
+        return -1
+    first = data[pos]
+    if first == 0x22:  # '"'
+        return 0 if data[pos + 1 : pos + 2] == b'"' else 1
+    if data.startswith(b"null", pos):
+        return 0
+    return -1
+
+
+def _openai_plain_chunk(data: bytes) -> int:
+    """An OpenAI-style stream chunk read from its bytes alone: 1 if it is output, 0 if not,
+    -1 when it must be decoded (it may carry usage, a finish reason, an error, several
+    choices, tool calls: anything this quick look does not settle)."""
+    if data[:1] != b"{" or data.find(b'"choices"') < 0:
+        return -1
+    if not _absent_or_null(data, b'"finish_reason"') or not _absent_or_null(data, b'"usage"'):
+        return -1
+    if data.find(b'"tool_calls"') >= 0 or data.find(b'"error"') >= 0 or data.find(b'"index"', data.find(b'"index"') + 7) >= 0:
+        return -1  # tool calls, errors and n > 1 are decoded
+    output = 0
+    for key in (b'"content"', b'"text"', b'"reasoning_content"', b'"reasoning"'):
+        found = _nonempty_string(data, key)
+        if found < 0:
+            return -1
+        if found:
+            output = 1
+    return output
+
+
+def _responses_delta(event: str, data: bytes) -> bool:
+    """A Responses API ``*.delta`` event (output, nothing else to read), by name or type."""
+    if event:
+        return event.endswith(".delta")
+    pos = _value_at(data, b'"type"')
+    if pos < 0 or data[pos] != 0x22:
+        return False
+    end = data.find(b'"', pos + 1)
+    return end > 0 and data[end - 6 : end] == b".delta"
+
+
+def _ollama_plain_line(line: bytes) -> int:
+    """An Ollama stream line read from its bytes alone: 1 output, 0 not, -1 decode it
+    (the last line, ``done`` true, carries the counts and the reason)."""
+    if line[:1] != b"{":
+        return -1
+    pos = _value_at(line, b'"done"')
+    if pos < 0 or not line.startswith(b"false", pos):
+        return -1
+    if line.find(b'"eval_count"') >= 0 or line.find(b'"tool_calls"') >= 0 or line.find(b'"error"') >= 0:
+        return -1
+    output = 0
+    for key in (b'"content"', b'"response"', b'"thinking"'):
+        found = _nonempty_string(line, key)
+        if found < 0:
+            return -1
+        if found:
+            output = 1
+    return output
 
 
 def _keep(head: bytearray, tail: bytes, data: bytes, limit: int) -> tuple[bytearray, bytes]:

@@ -50,7 +50,7 @@ class LineSplitter:
     line); ``tail`` is None for a line kept whole.
     """
 
-    __slots__ = ("max_line", "tail", "_partial", "_overflow", "_tail", "_after_cr")
+    __slots__ = ("max_line", "tail", "_partial", "_overflow", "_tail", "_after_cr", "_skip_first")
 
     def __init__(self, max_line: int = MAX_LINE, tail: int = TAIL) -> None:
         self.max_line = max(1, max_line)
@@ -59,16 +59,43 @@ class LineSplitter:
         self._overflow = False
         self._tail = b""  # the end of an overflowing line, after its kept prefix
         self._after_cr = False  # the last byte seen was CR: a following LF is part of that line end
+        self._skip_first = False  # after a gap: the first line completed is the end of a cut one
 
     @property
     def buffered(self) -> int:
         """Bytes held for the unfinished line (at most ``max_line`` + ``tail``)."""
         return len(self._partial) + len(self._tail)
 
+    def idle(self) -> bool:
+        """No line in progress (the next byte starts a line)."""
+        return not self._partial and not self._overflow and not self._after_cr and not self._skip_first
+
+    def gap(self, resumes_at_line: bool = False) -> None:
+        """Bytes of the stream were lost here: forget the line in progress, and drop the
+        first line completed after the gap (the end of a line whose start was lost),
+        unless ``resumes_at_line`` (the caller knows a line starts right after it)."""
+        self._partial.clear()
+        self._overflow = False
+        self._tail = b""
+        self._after_cr = False
+        self._skip_first = not resumes_at_line
+
     def feed(self, data: bytes) -> list[tuple[bytes, bytes | None]]:
         lines: list[tuple[bytes, bytes | None]] = []
         if not data:
             return lines
+        if self._skip_first:
+            match = _EOL.search(data)
+            if match is None:
+                return lines  # still inside the cut line
+            self._skip_first = False
+            eol = match.start()
+            skip = eol + 2 if data[eol] == 0x0D and data[eol + 1 : eol + 2] == b"\n" else eol + 1
+            if data[eol] == 0x0D and eol + 1 == len(data):
+                self._after_cr = True
+            data = data[skip:]
+            if not data:
+                return lines
         pos, end = 0, len(data)
         if self._after_cr:
             self._after_cr = False
@@ -139,6 +166,7 @@ class SseParser:
 
     __slots__ = (
         "max_event", "_lines", "_data", "_has_data", "_event", "_truncated", "_last", "_last_tail", "events", "comments",
+        "gaps", "_resuming", "_fresh",
     )  # fmt: skip
 
     def __init__(self, max_event: int = MAX_EVENT, max_line: int = MAX_LINE, tail: int = TAIL) -> None:
@@ -154,6 +182,26 @@ class SseParser:
         self.events = 0
         #: Comment lines seen (keep-alives such as ``: ping``).
         self.comments = 0
+        #: Holes in the stream reported (``gap``): bytes the capture lost.
+        self.gaps = 0
+        self._resuming = False  # after a gap: lines are dropped until the next blank line
+        self._fresh = False  # the next bytes are the first after a gap
+
+    def gap(self) -> None:
+        """Bytes of the stream were lost here (a truncated or lost capture). The event in
+        progress is dropped, and the stream resumes at the next boundary that can be
+        trusted: the bytes after the hole when they begin with a ``data:``/``event:``
+        field (the hole ended at a line start), else the line after the next blank line.
+        Later events, the final usage chunk among them, are read as usual."""
+        self.gaps += 1
+        self._data.clear()
+        self._has_data = False
+        self._event = ""
+        self._truncated = False
+        self._last, self._last_tail = b"", None
+        self._lines.gap(resumes_at_line=True)
+        self._resuming = True
+        self._fresh = True
 
     @property
     def buffered(self) -> int:
@@ -162,7 +210,35 @@ class SseParser:
 
     def feed(self, data: bytes) -> list[SseEvent]:
         out: list[SseEvent] = []
+        size = len(data)
+        if (
+            size > 8
+            and not self._has_data
+            and not self._resuming
+            and data[size - 2 :] == b"\n\n"
+            and data.startswith(b"data: ")
+            and data.find(b"\n") == size - 2
+            and size - 8 <= self.max_event
+            and self._lines.idle()
+            and data.find(b"\r") < 0
+        ):
+            # One whole single-line event (how most servers write a stream chunk): what the
+            # line layer would make of it, without splitting lines.
+            out.append(SseEvent(data[6 : size - 2], self._event))
+            self._event = ""
+            self.events += 1
+            return out
+        if self._fresh and data:
+            self._fresh = False
+            if data.startswith((b"data:", b"event:")):
+                self._resuming = False  # the hole ended where an event begins
+            else:
+                self._lines.gap()  # the first line is the end of a cut one
         for line, tail in self._lines.feed(data):
+            if self._resuming:
+                if not line and tail is None:
+                    self._resuming = False  # a blank line: the next event starts clean
+                continue
             self._line(line, tail, out)
         return out
 
