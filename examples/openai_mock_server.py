@@ -24,7 +24,10 @@ extra fields ``mock_first_token_delay_ms`` / ``mock_token_delay_ms``); the usage
 request asks for it (``stream_options: {include_usage: true}``), then
 ``data: [DONE]``. A non-streamed response waits first-token delay + (tokens - 1)
 x token delay before it answers. Each SSE event is one chunk, written with one
-``write``.
+``write``, unless the server is bursty: ``--burst-events N`` (or the request's extra
+field ``mock_burst_events``) writes the token events N per ``write`` (0: all of them
+in one), one token delay apart, as real engines deliver them; the finish, usage and
+``[DONE]`` events then go together in one last write.
 
 Prints "listening on PORT" once ready, so callers can wait for it.
 """
@@ -87,6 +90,7 @@ class MockHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, chunked streaming
     first_token_delay_s = 0.0
     token_delay_s = 0.0
+    burst_events: int | None = None  # None: one write per event
 
     def log_message(self, fmt, *args):
         pass
@@ -118,10 +122,14 @@ class MockHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
 
-    def _event(self, payload) -> None:
+    def _event(self, payload, held: list | None = None) -> None:
         data = payload if isinstance(payload, str) else json.dumps(payload)
         event = f"data: {data}\n\n".encode()
-        self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event))  # one chunk, one write
+        framed = b"%x\r\n%s\r\n" % (len(event), event)  # one chunk
+        if held is not None:
+            held.append(framed)  # written with the burst it belongs to
+        else:
+            self.wfile.write(framed)  # one write
 
     def _end_stream(self) -> None:
         self.wfile.write(b"0\r\n\r\n")
@@ -181,21 +189,41 @@ class MockHandler(BaseHTTPRequestHandler):
                 out["usage"] = usage_value
             return out
 
+        burst = self.burst_events
+        if isinstance(request.get("mock_burst_events"), int):
+            burst = request["mock_burst_events"]
         self._start_stream()
         if chat:  # the role chunk, at once (vLLM does this before the first token)
             self._event(chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}))
-        for i, token in enumerate(tokens):
-            time.sleep(first_delay if i == 0 else token_delay)
-            if chat:
-                self._event(chunk({"index": 0, "delta": {"content": token}, "finish_reason": None}))
-            else:
-                self._event(chunk({"index": 0, "text": token, "finish_reason": None}))
+        if burst is None:
+            for i, token in enumerate(tokens):
+                time.sleep(first_delay if i == 0 else token_delay)
+                if chat:
+                    self._event(chunk({"index": 0, "delta": {"content": token}, "finish_reason": None}))
+                else:
+                    self._event(chunk({"index": 0, "text": token, "finish_reason": None}))
+        else:  # bursty: several events per write
+            time.sleep(first_delay)
+            size = burst if burst > 0 else max(len(tokens), 1)
+            for start in range(0, len(tokens), size):
+                if start:
+                    time.sleep(token_delay)
+                held: list[bytes] = []
+                for token in tokens[start : start + size]:
+                    delta = {"content": token} if chat else None
+                    self._event(chunk({"index": 0, "delta": delta, "finish_reason": None} if chat
+                                      else {"index": 0, "text": token, "finish_reason": None}), held)
+                self.wfile.write(b"".join(held))
+        held = [] if burst is not None else None
         last = {"index": 0, "delta": {}, "finish_reason": finish} if chat else {"index": 0, "text": "", "finish_reason": finish}
-        self._event(chunk(last))
+        self._event(chunk(last), held)
         options = request.get("stream_options")
         if isinstance(options, dict) and options.get("include_usage"):
-            self._event(chunk({}, usage))
-        self._event("[DONE]")
+            self._event(chunk({}, usage), held)
+        self._event("[DONE]", held)
+        if held is not None:
+            self.wfile.write(b"".join(held) + b"0\r\n\r\n")
+            return
         self._end_stream()
 
     def _embeddings(self, request: dict) -> None:
@@ -208,7 +236,10 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--first-token-delay-ms", type=float, default=0.0, help="wait before the first token")
     parser.add_argument("--token-delay-ms", type=float, default=0.0, help="wait between tokens")
+    parser.add_argument("--burst-events", type=int, default=None,
+                        help="write token events N per write (0: all in one), as real engines deliver bursts")
     args = parser.parse_args()
+    MockHandler.burst_events = args.burst_events
     MockHandler.first_token_delay_s = args.first_token_delay_ms / 1000.0
     MockHandler.token_delay_s = args.token_delay_ms / 1000.0
     server = ThreadingHTTPServer((args.host, args.port), MockHandler)
