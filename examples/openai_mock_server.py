@@ -5,6 +5,24 @@ Routes (POST, JSON bodies, as the OpenAI API):
   /v1/chat/completions   chat; streamed (SSE) when "stream": true
   /v1/completions        legacy text completions; streamed likewise
   /v1/embeddings         embeddings of "input" (a string or a list of strings)
+  /v1/messages           the Anthropic Messages API (the anthropic SDK with
+                         base_url = this server); streamed as Anthropic's named
+                         SSE events when "stream": true
+  /v1/rerank, /rerank, /v2/rerank
+                         rerank "documents" against "query" (vLLM / Jina / Cohere
+                         shape: results by relevance, top_n of them, usage)
+  /v1/score, /score      vLLM's score API: "text_1" against each of "text_2"
+
+The Anthropic route: the output is ``min(max_tokens, mock_output_tokens or 5)``
+tokens as above, ``stop_reason`` ``max_tokens`` when that is ``max_tokens``, else
+``end_turn``; ``input_tokens`` counts the words of the system prompt and the
+messages, except those of content blocks marked ``cache_control``, reported as
+``cache_read_input_tokens`` (``cache_creation_input_tokens`` instead when the request
+sets the extra field ``mock_cache_write``); ids ``msg_mock_N``. Streamed:
+``message_start`` (id, model, input usage), ``content_block_start`` and ``ping`` at
+once, then one ``content_block_delta`` per token (first-token and token delays
+as above), ``content_block_stop``, ``message_delta`` (stop_reason, cumulative
+usage), ``message_stop``.
 
 Everything it answers is a function of the request, so a test can predict it:
 
@@ -58,6 +76,49 @@ def words(value) -> int:
     if isinstance(value, dict):
         return words(value.get("content", "")) + words(value.get("text", ""))
     return 0
+
+
+def cached_words(value) -> int:
+    """Words of the Anthropic content blocks marked ``cache_control``."""
+    if isinstance(value, list):
+        return sum(cached_words(item) for item in value)
+    if isinstance(value, dict):
+        if value.get("cache_control"):
+            return words(value.get("text", ""))
+        return cached_words(value.get("content"))
+    return 0
+
+
+def rerank_response(request: dict, number: int) -> dict:
+    """Rerank: each document's score falls with its index (0.9, 0.8, ...); top_n of them."""
+    model = str(request.get("model", "mock-reranker"))
+    query = request.get("query", "")
+    documents = request.get("documents") or []
+    documents = documents if isinstance(documents, list) else [documents]
+    results = [
+        {"index": i, "document": {"text": d if isinstance(d, str) else (d or {}).get("text", "")},
+         "relevance_score": round(0.9 / (i + 1), 6)}
+        for i, d in enumerate(documents)
+    ]  # fmt: skip
+    top_n = request.get("top_n")
+    if isinstance(top_n, int) and top_n >= 0:
+        results = results[:top_n]
+    if request.get("return_documents") is False:
+        for result in results:
+            del result["document"]
+    tokens = words(query) * len(documents) + words(documents)
+    return {"id": f"rerank-mock-{number}", "model": f"{model}-mock", "usage": {"total_tokens": tokens}, "results": results}
+
+
+def score_response(request: dict, number: int) -> dict:
+    """vLLM's score API: text_1 against each of text_2."""
+    model = str(request.get("model", "mock-scorer"))
+    first, second = request.get("text_1", ""), request.get("text_2", "")
+    second = second if isinstance(second, list) else [second]
+    data = [{"index": i, "object": "score", "score": round(0.9 / (i + 1), 6)} for i in range(len(second))]
+    tokens = words(first) * len(second) + words(second)
+    return {"id": f"score-mock-{number}", "object": "list", "created": 1700000000, "model": f"{model}-mock",
+            "data": data, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
 def tokens_for(request: dict) -> list[str]:
@@ -122,9 +183,10 @@ class MockHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.flush()
 
-    def _event(self, payload, held: list | None = None) -> None:
+    def _event(self, payload, held: list | None = None, name: str = "") -> None:
         data = payload if isinstance(payload, str) else json.dumps(payload)
-        event = f"data: {data}\n\n".encode()
+        event = (f"event: {name}\n" if name else "") + f"data: {data}\n\n"
+        event = event.encode()
         framed = b"%x\r\n%s\r\n" % (len(event), event)  # one chunk
         if held is not None:
             held.append(framed)  # written with the burst it belongs to
@@ -148,6 +210,12 @@ class MockHandler(BaseHTTPRequestHandler):
             self._completion(request, chat=False)
         elif path == "/v1/embeddings":
             self._embeddings(request)
+        elif path == "/v1/messages":
+            self._messages(request)
+        elif path in ("/v1/rerank", "/rerank", "/v2/rerank"):
+            self._send_json(200, rerank_response(request, next_id()))
+        elif path in ("/v1/score", "/score"):
+            self._send_json(200, score_response(request, next_id()))
         else:
             self._send_json(404, {"error": {"message": f"no route {path}", "type": "invalid_request_error"}})
 
@@ -228,6 +296,47 @@ class MockHandler(BaseHTTPRequestHandler):
 
     def _embeddings(self, request: dict) -> None:
         self._send_json(200, embeddings_response(request))
+
+    def _messages(self, request: dict) -> None:
+        """The Anthropic Messages API."""
+        number = next_id()
+        model = str(request.get("model", "claude-mock"))
+        max_tokens = int(request.get("max_tokens") or 1024)
+        count = min(max_tokens, int(request.get("mock_output_tokens") or 5))
+        tokens = tokens_for({"max_tokens": count, "mock_token_bytes": request.get("mock_token_bytes")})
+        stop = "max_tokens" if count == max_tokens else "end_turn"
+        system, messages = request.get("system"), request.get("messages")
+        cached = cached_words(system) + cached_words(messages)
+        usage = {"input_tokens": words(system) + words(messages) - cached, "output_tokens": len(tokens),
+                 "cache_creation_input_tokens": cached if request.get("mock_cache_write") else 0,
+                 "cache_read_input_tokens": 0 if request.get("mock_cache_write") else cached}
+        message = {"id": f"msg_mock_{number}", "type": "message", "role": "assistant", "model": f"{model}-mock",
+                   "content": [], "stop_reason": None, "stop_sequence": None}
+        first_delay, token_delay = self.first_token_delay_s, self.token_delay_s
+        if isinstance(request.get("mock_first_token_delay_ms"), (int, float)):
+            first_delay = request["mock_first_token_delay_ms"] / 1000.0
+        if isinstance(request.get("mock_token_delay_ms"), (int, float)):
+            token_delay = request["mock_token_delay_ms"] / 1000.0
+        if not request.get("stream"):
+            time.sleep(first_delay + token_delay * max(len(tokens) - 1, 0))
+            message.update(content=[{"type": "text", "text": "".join(tokens)}], stop_reason=stop, usage=usage)
+            self._send_json(200, message)
+            return
+        self._start_stream()
+        start_usage = dict(usage, output_tokens=1)
+        self._event({"type": "message_start", "message": dict(message, usage=start_usage)}, name="message_start")
+        self._event({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+                    name="content_block_start")
+        self._event({"type": "ping"}, name="ping")
+        for i, token in enumerate(tokens):
+            time.sleep(first_delay if i == 0 else token_delay)
+            self._event({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": token}},
+                        name="content_block_delta")
+        self._event({"type": "content_block_stop", "index": 0}, name="content_block_stop")
+        self._event({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": usage},
+                    name="message_delta")
+        self._event({"type": "message_stop"}, name="message_stop")
+        self._end_stream()
 
 
 def main() -> None:

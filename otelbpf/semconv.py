@@ -98,6 +98,9 @@ GEN_AI_RESPONSE_FINISH_REASONS = "gen_ai.response.finish_reasons"
 GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK = "gen_ai.response.time_to_first_chunk"
 GEN_AI_USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 GEN_AI_USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+#: Prompt-cache input tokens read / written (both included in gen_ai.usage.input_tokens).
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 #: Opt-in content (``--capture-genai-content``): JSON in the conventions' message format.
 GEN_AI_INPUT_MESSAGES = "gen_ai.input.messages"
 GEN_AI_OUTPUT_MESSAGES = "gen_ai.output.messages"
@@ -108,6 +111,11 @@ GEN_AI_TOKEN_TYPE_OUTPUT = "output"
 GEN_AI_OPERATION_CHAT = "chat"
 GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"
 GEN_AI_OPERATION_EMBEDDINGS = "embeddings"
+#: Custom ``gen_ai.operation.name`` values (no well-known one applies; the conventions
+#: allow a custom value then): ranking documents against a query (/v1/rerank) and
+#: scoring text pairs (/v1/score).
+GEN_AI_OPERATION_RERANK = "rerank"
+GEN_AI_OPERATION_SCORE = "score"
 #: ``gen_ai.provider.name`` well-known values, and the server hosts that identify them.
 GEN_AI_PROVIDER_OPENAI = "openai"
 GEN_AI_PROVIDER_AZURE_OPENAI = "azure.ai.openai"
@@ -246,6 +254,11 @@ OTELBPF_GEN_AI_RESPONSE_GAPS = "otelbpf.gen_ai.response.gaps"
 #: where gen_ai.usage.* came from when not from this side's own bytes: ``peer`` (the other
 #: end of the same call, traced too, read them; as otelbpf.rpc.method.source for gRPC).
 OTELBPF_GENAI_USAGE_SOURCE = "otelbpf.genai.usage.source"
+#: rerank / score calls: documents sent to be ranked or scored, the request's top_n,
+#: and the results the response returned.
+OTELBPF_GEN_AI_REQUEST_DOCUMENTS = "otelbpf.gen_ai.request.documents"
+OTELBPF_GEN_AI_REQUEST_TOP_N = "otelbpf.gen_ai.request.top_n"
+OTELBPF_GEN_AI_RESPONSE_RESULTS = "otelbpf.gen_ai.response.results"
 #: otelbpf's own HTTP/2 and gRPC span attributes:
 #: some header field of the stream referred to an HPACK entry older than the agent (docs/http2.md),
 OTELBPF_HTTP2_HPACK_INCOMPLETE = "otelbpf.http2.hpack_incomplete"

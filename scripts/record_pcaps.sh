@@ -42,6 +42,11 @@
 #   openai.pcap            (tests/golden/http1/) the openai Python SDK against
 #                          examples/openai_mock_server.py: chat, chat streamed
 #                          with usage, legacy completion streamed, embeddings
+#   anthropic.pcap         (tests/golden/http1/) the anthropic Python SDK against the
+#                          same mock's /v1/messages: a message, and a stream with a
+#                          cache_control system block (cache read tokens)
+#   rerank.pcap            (tests/golden/http1/) httpx against the same mock:
+#                          /v1/rerank (top_n), /rerank, /v1/score
 #
 # The gRPC captures need grpcio: GRPC_PYTHON (default .venv/bin/python) runs them.
 set -euo pipefail
@@ -328,6 +333,35 @@ client.embeddings.create(model="bge-small", input=["first text", "second text"])
     stop_capture golden/http1/openai.pcap
 }
 
+# The real anthropic SDK (the project venv has it) against the mock's /v1/messages.
+record_anthropic() {
+    start_capture golden/http1/anthropic.pcap "tcp port 18089"
+    "$here/.venv/bin/python" -c '
+import anthropic
+client = anthropic.Anthropic(base_url="http://127.0.0.1:18089", api_key="sk-ant-golden-not-a-secret", max_retries=0)
+client.messages.create(model="claude-haiku-4-5", max_tokens=64, messages=[{"role": "user", "content": "say hello to the golden tests"}])
+system = [{"type": "text", "text": "you are a cached golden system prompt", "cache_control": {"type": "ephemeral"}}]
+with client.messages.stream(model="claude-haiku-4-5", max_tokens=6, system=system, extra_body={"mock_output_tokens": 6},
+                            messages=[{"role": "user", "content": "stream to the golden tests"}]) as stream:
+    for _ in stream.text_stream:
+        pass'
+    stop_capture golden/http1/anthropic.pcap
+}
+
+# Rerank and score calls (vLLM / Jina shapes) with httpx, one kept-alive connection.
+record_rerank() {
+    start_capture golden/http1/rerank.pcap "tcp port 18089"
+    "$here/.venv/bin/python" -c '
+import httpx
+http = httpx.Client(base_url="http://127.0.0.1:18089")
+documents = ["eBPF runs sandboxed programs in the kernel", "a banana is a fruit", "tracing without code changes"]
+http.post("/v1/rerank", json={"model": "bge-reranker-v2-m3", "query": "what is eBPF", "documents": documents, "top_n": 2})
+http.post("/rerank", json={"model": "bge-reranker-v2-m3", "query": "what is eBPF", "documents": documents,
+                           "return_documents": False})
+http.post("/v1/score", json={"model": "bge-reranker-v2-m3", "text_1": "what is eBPF", "text_2": documents})'
+    stop_capture golden/http1/rerank.pcap
+}
+
 mkdir -p "$golden/http2"
 
 record_grpc_calls() {
@@ -366,7 +400,7 @@ record_grpc_late() {
 }
 
 all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway
-    grpc_calls grpc_concurrent grpc_late h2c_nginx openai)
+    grpc_calls grpc_concurrent grpc_late h2c_nginx openai anthropic rerank)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then

@@ -30,7 +30,10 @@ tracked at once (the oldest is dropped beyond, counted in
 ``gen_ai.provider.name``: the well-known value for a known API host (the
 ``Host`` header, else the peer), e.g. ``openai`` for ``api.openai.com``;
 otherwise ``ollama`` for Ollama's own API and ``openai_compatible`` for the
-OpenAI wire format served by anything else (see otelbpf/semconv.py).
+OpenAI wire format served by anything else, ``anthropic`` for the
+Anthropic Messages API (see otelbpf/semconv.py). Rerank and score calls
+(/v1/rerank, /v1/score) take the custom operation names ``rerank`` and
+``score`` and otelbpf attributes for their documents, top_n and results.
 
 Private by default: prompt and completion text only with
 ``SpanOptions.capture_genai_content`` (``--capture-genai-content``),
@@ -59,6 +62,8 @@ _OPERATIONS = {
     Operation.CHAT: sc.GEN_AI_OPERATION_CHAT,
     Operation.TEXT_COMPLETION: sc.GEN_AI_OPERATION_TEXT_COMPLETION,
     Operation.EMBEDDINGS: sc.GEN_AI_OPERATION_EMBEDDINGS,
+    Operation.RERANK: sc.GEN_AI_OPERATION_RERANK,
+    Operation.SCORE: sc.GEN_AI_OPERATION_SCORE,
 }
 
 #: API hosts (exact, or a suffix when it starts with a dot) -> well-known provider.
@@ -86,6 +91,8 @@ def provider_name(host: str, api: Api) -> str:
             return provider
     if api is Api.OLLAMA:
         return sc.GEN_AI_PROVIDER_OLLAMA
+    if api is Api.ANTHROPIC:
+        return sc.GEN_AI_PROVIDER_ANTHROPIC  # the Messages API is Anthropic's, wherever served
     return sc.GEN_AI_PROVIDER_OPENAI_COMPATIBLE
 
 
@@ -169,12 +176,14 @@ class GenAiLayer:
         if facts.input_tokens is not None or facts.output_tokens is not None:
             if len(table) >= MAX_PEER_USAGE:
                 table.clear()
-            table[key] = (facts.input_tokens, facts.output_tokens, facts.finish_reasons)
+            table[key] = (facts.input_tokens, facts.output_tokens, facts.finish_reasons,
+                          facts.cache_read_input_tokens, facts.cache_creation_input_tokens)
             return
         known = table.pop(key, None)
         if known is None:
             return
         facts.input_tokens, facts.output_tokens = known[0], known[1]
+        facts.cache_read_input_tokens, facts.cache_creation_input_tokens = known[3], known[4]
         if not facts.finish_reasons:
             facts.finish_reasons = known[2]
         facts.usage_source = "peer"
@@ -209,6 +218,16 @@ def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeV
         attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] = facts.input_tokens
     if facts.output_tokens is not None:
         attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] = facts.output_tokens
+    if facts.cache_read_input_tokens is not None:
+        attrs[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] = facts.cache_read_input_tokens
+    if facts.cache_creation_input_tokens is not None:
+        attrs[sc.GEN_AI_USAGE_CACHE_CREATION_INPUT_TOKENS] = facts.cache_creation_input_tokens
+    if facts.documents is not None:
+        attrs[sc.OTELBPF_GEN_AI_REQUEST_DOCUMENTS] = facts.documents
+    if facts.top_n is not None:
+        attrs[sc.OTELBPF_GEN_AI_REQUEST_TOP_N] = facts.top_n
+    if facts.results is not None:
+        attrs[sc.OTELBPF_GEN_AI_RESPONSE_RESULTS] = facts.results
     if facts.streamed and facts.chunks:
         attrs[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = max(facts.first_chunk_ns - start_ns, 0) / 1e9
         attrs[sc.OTELBPF_GEN_AI_RESPONSE_CHUNKS] = facts.chunks

@@ -17,7 +17,20 @@ path                                   API                  operation
 ``/api/chat``                          Ollama               chat
 ``/api/generate``                      Ollama               text_completion
 ``/api/embed``, ``/api/embeddings``    Ollama               embeddings
+``.../v1/messages``                    Anthropic Messages   chat
+``.../rerank`` (v1, v2, bare)          rerank (vLLM,        rerank (custom)
+                                       Cohere, Jina, TEI)
+``.../score`` (v1, bare)               vLLM score           score (custom)
 =====================================  ===================  =================
+
+Anthropic's Messages API streams named SSE events (``message_start`` with the
+id, model and input usage; ``content_block_delta`` per output chunk;
+``message_delta`` with ``stop_reason`` and the cumulative output usage;
+``message_stop``); its ``input_tokens`` excludes the prompt-cache tokens, so
+the facts' ``input_tokens`` is their sum (the GenAI conventions' input
+tokens include cached ones) and the two cache counts are kept apart. Rerank
+and score calls are plain JSON: the facts keep the number of documents, the
+request's ``top_n``, the number of results and the usage when present.
 
 The OpenAI-style suffixes are recognised under any prefix containing
 ``/v1/`` or starting with ``/openai/`` (Azure's ``/openai/deployments/X/...``).
@@ -88,6 +101,10 @@ class Operation(enum.Enum):
     CHAT = "chat"
     TEXT_COMPLETION = "text_completion"
     EMBEDDINGS = "embeddings"
+    #: No well-known value applies (custom values, otelbpf/semconv.py): ranking
+    #: documents against a query, and scoring text pairs.
+    RERANK = "rerank"
+    SCORE = "score"
 
 
 class Api(enum.Enum):
@@ -96,6 +113,8 @@ class Api(enum.Enum):
     OPENAI = "openai"  # chat/completions, completions, embeddings
     OPENAI_RESPONSES = "openai_responses"  # /v1/responses
     OLLAMA = "ollama"  # /api/chat, /api/generate, /api/embed
+    ANTHROPIC = "anthropic"  # /v1/messages
+    RERANK = "rerank"  # /v1/rerank, /v1/score (vLLM, Cohere, Jina, TEI shapes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +128,16 @@ _OPENAI_SUFFIXES: tuple[tuple[str, Endpoint], ...] = (
     ("/completions", Endpoint(Api.OPENAI, Operation.TEXT_COMPLETION)),
     ("/embeddings", Endpoint(Api.OPENAI, Operation.EMBEDDINGS)),
     ("/responses", Endpoint(Api.OPENAI_RESPONSES, Operation.CHAT)),
+    ("/v1/messages", Endpoint(Api.ANTHROPIC, Operation.CHAT)),  # not .../threads/X/messages
+    ("/rerank", Endpoint(Api.RERANK, Operation.RERANK)),
+    ("/score", Endpoint(Api.RERANK, Operation.SCORE)),
 )
+#: Paths outside /v1/ that serving engines answer too (vLLM's bare routes, Cohere's v2).
+_OTHER_PATHS: dict[str, Endpoint] = {
+    "/rerank": Endpoint(Api.RERANK, Operation.RERANK),
+    "/v2/rerank": Endpoint(Api.RERANK, Operation.RERANK),
+    "/score": Endpoint(Api.RERANK, Operation.SCORE),
+}
 _OLLAMA_PATHS: dict[str, Endpoint] = {
     "/api/chat": Endpoint(Api.OLLAMA, Operation.CHAT),
     "/api/generate": Endpoint(Api.OLLAMA, Operation.TEXT_COMPLETION),
@@ -122,7 +150,10 @@ def match_endpoint(method: str, target: str) -> Endpoint | None:
     """The LLM endpoint a request-target names, or None. Cheap: string tests only."""
     if method != "POST" or not target:
         return None
-    if "/v1/" not in target and "/api/" not in target and "/openai/" not in target:
+    if (
+        "/v1/" not in target and "/api/" not in target and "/openai/" not in target
+        and "/rerank" not in target and "/score" not in target
+    ):
         return None  # every endpoint's path has one of these: most POSTs (gRPC's) end here
     if target[0] != "/":
         if not target.startswith(("http://", "https://")):
@@ -134,6 +165,9 @@ def match_endpoint(method: str, target: str) -> Endpoint | None:
     if len(path) > 1 and path[-1] == "/":
         path = path[:-1]
     endpoint = _OLLAMA_PATHS.get(path)
+    if endpoint is not None:
+        return endpoint
+    endpoint = _OTHER_PATHS.get(path)
     if endpoint is not None:
         return endpoint
     if "/v1/" not in path and not path.startswith("/openai/"):
@@ -157,8 +191,16 @@ class LlmFacts:
     response_id: str | None = None
     response_model: str | None = None
     finish_reasons: tuple[str, ...] = ()
+    #: Input tokens, cached ones included (Anthropic: input + cache read + cache creation).
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: Prompt-cache input tokens read and written (Anthropic's usage; OpenAI's cached_tokens).
+    cache_read_input_tokens: int | None = None
+    cache_creation_input_tokens: int | None = None
+    #: Rerank / score: documents in the request, its top_n, results in the response.
+    documents: int | None = None
+    top_n: int | None = None
+    results: int | None = None
     #: The response was streamed (SSE or NDJSON), whatever the request asked.
     streamed: bool = False
     #: Times (the syscall's) of the first and last output chunks, and their count.
@@ -186,7 +228,7 @@ class LlmCall:
         "endpoint", "capture_content", "request_limit", "response_limit", "content_limit", "errors",
         "_req_head", "_req_tail", "_req_size", "_request", "_mode", "_sse", "_lines",
         "_resp_head", "_resp_tail", "_resp_size", "_facts", "_finish", "_output", "_budget", "_ended",
-        "_req_gap", "_resp_gap", "_parsed_first",
+        "_req_gap", "_resp_gap", "_parsed_first", "_uncached_input",
     )  # fmt: skip
 
     def __init__(
@@ -222,6 +264,7 @@ class LlmCall:
         self._req_gap = False  # request body bytes were lost: parse it best effort
         self._resp_gap = False  # response body bytes were lost (the facts say so: gaps)
         self._parsed_first = False  # the first streamed chunk was decoded (ids, model)
+        self._uncached_input: int | None = None  # Anthropic's input_tokens (cache tokens apart)
 
     # -- feeding ---------------------------------------------------------------
 
@@ -320,7 +363,7 @@ class LlmCall:
         text_head = head.decode("utf-8", "replace")
         text_tail = self._req_tail.decode("utf-8", "replace")
         out: dict = {}
-        for key in ("model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens", "temperature", "top_p", "options"):
+        for key in ("model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens", "temperature", "top_p", "options", "top_n"):
             value = _scan(text_head, key, last=False)
             if value is None:
                 value = _scan(text_tail, key, last=True)
@@ -362,7 +405,7 @@ class LlmCall:
             return stream
         if self.endpoint.api is Api.OLLAMA and self.endpoint.operation is not Operation.EMBEDDINGS:
             return True  # Ollama streams unless told not to
-        if self.endpoint.operation is Operation.EMBEDDINGS:
+        if self.endpoint.operation is Operation.EMBEDDINGS or self.endpoint.api is Api.RERANK:
             return None
         return False
 
@@ -375,6 +418,12 @@ class LlmCall:
 
     def _on_sse(self, ts_ns: int, event: SseEvent) -> None:
         if event.truncated:  # too big to keep: output, and its ends may still hold ids and usage
+            if self.endpoint.api is Api.ANTHROPIC:
+                if event.event == "content_block_delta" or event.data.find(b'content_block_delta"', 0, 200) >= 0:
+                    self._chunk(ts_ns)
+                    return
+                self._anthropic_event(ts_ns, self._scan_object(event.data, event.tail))
+                return
             if self.endpoint.api is Api.OPENAI_RESPONSES:
                 if event.event.endswith(".delta") or event.data.find(b'.delta"', 0, 200) >= 0:
                     self._chunk(ts_ns)
@@ -388,7 +437,15 @@ class LlmCall:
         if self._parsed_first and not self.capture_content:
             # Cheap per chunk: a chunk that carries no usage and no finish reason is
             # only counted (is it output?) from its bytes, never decoded.
-            if self.endpoint.api is Api.OPENAI_RESPONSES:
+            api = self.endpoint.api
+            if api is Api.ANTHROPIC:
+                kind = _anthropic_plain_event(event.event, data)
+                if kind > 0:  # content_block_delta: output
+                    self._chunk(ts_ns)
+                    return
+                if kind == 0:  # ping, content_block_start/stop, message_stop: nothing to read
+                    return
+            elif api is Api.OPENAI_RESPONSES:
                 if _responses_delta(event.event, data):
                     self._chunk(ts_ns)
                     return
@@ -405,7 +462,9 @@ class LlmCall:
         if obj is None:
             return
         self._parsed_first = True
-        if self.endpoint.api is Api.OPENAI_RESPONSES:
+        if self.endpoint.api is Api.ANTHROPIC:
+            self._anthropic_event(ts_ns, obj)
+        elif self.endpoint.api is Api.OPENAI_RESPONSES:
             self._responses_event(ts_ns, obj)
         else:
             if self._openai_object(obj, streamed=True):
@@ -455,6 +514,11 @@ class LlmCall:
             tokens = _int(usage.get("output_tokens"))
         if tokens is not None:
             facts.output_tokens = tokens
+        details = usage.get("prompt_tokens_details") or usage.get("input_tokens_details")
+        if isinstance(details, dict):
+            tokens = _int(details.get("cached_tokens"))
+            if tokens is not None:
+                facts.cache_read_input_tokens = tokens
 
     def _openai_object(self, obj: dict, streamed: bool) -> bool:
         """A chat/completions/embeddings response or stream chunk; True if it carries output."""
@@ -516,6 +580,85 @@ class LlmCall:
                         if isinstance(part, dict) and isinstance(part.get("text"), str):
                             self._capture_output(part["text"])
 
+    # -- Anthropic Messages ------------------------------------------------------
+
+    def _anthropic_usage(self, usage: Any) -> None:
+        """Anthropic usage (message_start's, message_delta's cumulative one, a message's):
+        input_tokens excludes the cache tokens; the sum is made at the end."""
+        if not isinstance(usage, dict):
+            return
+        facts = self._facts
+        tokens = _int(usage.get("input_tokens"))
+        if tokens is not None:
+            self._uncached_input = tokens
+        tokens = _int(usage.get("output_tokens"))
+        if tokens is not None:
+            facts.output_tokens = tokens
+        tokens = _int(usage.get("cache_read_input_tokens"))
+        if tokens is not None:
+            facts.cache_read_input_tokens = tokens
+        tokens = _int(usage.get("cache_creation_input_tokens"))
+        if tokens is not None:
+            facts.cache_creation_input_tokens = tokens
+
+    def _anthropic_message(self, obj: dict, streamed: bool) -> None:
+        """A Messages response (or message_start's ``message``)."""
+        self._ids(obj)
+        self._anthropic_usage(obj.get("usage"))
+        reason = obj.get("stop_reason")
+        if isinstance(reason, str) and reason:
+            self._finish[0] = reason
+        if not streamed and self.capture_content:
+            for block in obj.get("content") or ():
+                if isinstance(block, dict) and isinstance(block.get("text"), str):
+                    self._capture_output(block["text"])
+
+    def _anthropic_event(self, ts_ns: int, obj: dict) -> None:
+        kind = obj.get("type")
+        if kind == "content_block_delta":
+            self._chunk(ts_ns)
+            delta = obj.get("delta")
+            if isinstance(delta, dict) and isinstance(delta.get("text"), str):
+                self._capture_output(delta["text"])
+        elif kind == "message_start":
+            message = obj.get("message")
+            if isinstance(message, dict):
+                self._anthropic_message(message, streamed=True)
+        elif kind == "message_delta":
+            delta = obj.get("delta")
+            if isinstance(delta, dict):
+                reason = delta.get("stop_reason")
+                if isinstance(reason, str) and reason:
+                    self._finish[0] = reason
+            self._anthropic_usage(obj.get("usage"))
+        elif kind is None and ("usage" in obj or "stop_reason" in obj or "id" in obj):
+            self._anthropic_message(obj, streamed=True)  # an oversized event read from its ends
+
+    # -- rerank / score ------------------------------------------------------------
+
+    def _rerank_object(self, obj: dict) -> None:
+        """A rerank (``results``) or score (``data``) response: vLLM, Cohere, Jina, TEI shapes."""
+        facts = self._facts
+        self._ids(obj)
+        for key in ("results", "data"):
+            value = obj.get(key)
+            if isinstance(value, list):
+                facts.results = len(value)
+                break
+        usage = obj.get("usage")
+        if not isinstance(usage, dict):
+            meta = obj.get("meta")  # Cohere: meta.tokens, or meta.billed_units
+            if isinstance(meta, dict):
+                usage = meta.get("tokens") if isinstance(meta.get("tokens"), dict) else meta.get("billed_units")
+        if isinstance(usage, dict):
+            tokens = _int(usage.get("prompt_tokens"))
+            if tokens is None:
+                tokens = _int(usage.get("input_tokens"))
+            if tokens is None:
+                tokens = _int(usage.get("total_tokens"))  # a ranker's tokens are all input
+            if tokens is not None:
+                facts.input_tokens = tokens
+
     def _ollama_object(self, obj: dict) -> bool:
         """An Ollama response or stream line; True if it carries output."""
         facts = self._facts
@@ -561,6 +704,10 @@ class LlmCall:
                 self._ollama_object(obj)
             elif api is Api.OPENAI_RESPONSES:
                 self._responses_object(obj, streamed=False)
+            elif api is Api.ANTHROPIC:
+                self._anthropic_message(obj, streamed=False)
+            elif api is Api.RERANK:
+                self._rerank_object(obj)
             else:
                 self._openai_object(obj, streamed=False)
             return
@@ -570,6 +717,10 @@ class LlmCall:
             self._ollama_object(obj)
         elif self.endpoint.api is Api.OPENAI_RESPONSES:
             self._responses_object(obj, streamed=True)
+        elif self.endpoint.api is Api.ANTHROPIC:
+            self._anthropic_message(obj, streamed=True)
+        elif self.endpoint.api is Api.RERANK:
+            self._rerank_object(obj)
         else:
             self._openai_fields(obj)
 
@@ -593,7 +744,7 @@ class LlmCall:
                 value = _scan(text_tail, key, last=True)
             if value is not None:
                 obj[key] = value
-        for key in ("usage", "prompt_eval_count", "eval_count", "done_reason", "status", "incomplete_details"):
+        for key in ("usage", "prompt_eval_count", "eval_count", "done_reason", "status", "incomplete_details", "stop_reason", "meta"):
             value = _scan(text_tail, key, last=True)
             if value is None:
                 value = _scan(text_head, key, last=False)
@@ -626,6 +777,8 @@ class LlmCall:
         for key in ("instructions", "system"):
             if isinstance(request.get(key), str):
                 messages.insert(0, ("system", request[key]))
+            elif key == "system" and isinstance(request.get(key), list):  # Anthropic's system blocks
+                messages.insert(0, ("system", _text_of(request[key])))
         for key in ("prompt", "input"):
             value = request.get(key)
             if value is not None and not isinstance(value, dict):
@@ -666,7 +819,9 @@ class LlmCall:
         params = options if isinstance(options, dict) else request
         facts.temperature = _float(params.get("temperature"))
         facts.top_p = _float(params.get("top_p"))
-        if api is Api.OLLAMA:
+        if api is Api.RERANK:
+            self._rerank_request(request)
+        elif api is Api.OLLAMA:
             facts.max_tokens = _int(params.get("num_predict"))
         elif api is Api.OPENAI_RESPONSES:
             facts.max_tokens = _int(request.get("max_output_tokens"))
@@ -687,6 +842,10 @@ class LlmCall:
                 obj = _loads(last[0].strip())
                 if obj is not None and self._ollama_object(obj):
                     self._chunk(facts.last_chunk_ns)
+        if self._uncached_input is not None:  # Anthropic: the conventions' input tokens include cached ones
+            facts.input_tokens = (
+                self._uncached_input + (facts.cache_read_input_tokens or 0) + (facts.cache_creation_input_tokens or 0)
+            )
         if facts.request_model is None and facts.response_model is None:
             # Every API here names a model in the request or the response (Azure's
             # deployments in the response): without one this is some other
@@ -697,6 +856,21 @@ class LlmCall:
         if self.capture_content and self._output:
             facts.output_text = "".join(self._output)
         return facts
+
+    def _rerank_request(self, request: dict) -> None:
+        """Documents and top_n of a rerank or score request (vLLM, Cohere, Jina, TEI)."""
+        facts = self._facts
+        facts.top_n = _int(request.get("top_n"))
+        if facts.top_n is None:
+            facts.top_n = _int(request.get("top_k"))
+        for key in ("documents", "texts", "text_2", "data_2", "items"):
+            value = request.get(key)
+            if isinstance(value, list):
+                facts.documents = len(value)
+                return
+            if isinstance(value, (str, dict)):
+                facts.documents = 1
+                return
 
 
 # -- reading a stream chunk's bytes without decoding it (LlmCall._on_sse, cheap per chunk) --
@@ -776,6 +950,29 @@ def _responses_delta(event: str, data: bytes) -> bool:
         return False
     end = data.find(b'"', pos + 1)
     return end > 0 and data[end - 6 : end] == b".delta"
+
+
+#: Anthropic events with nothing the facts keep (their bytes are not decoded).
+_ANTHROPIC_SKIP = frozenset({"ping", "content_block_start", "content_block_stop", "message_stop"})
+
+
+def _anthropic_plain_event(event: str, data: bytes) -> int:
+    """An Anthropic stream event read from its name (or its bytes when unnamed): 1 a
+    ``content_block_delta`` (output), 0 nothing to read, -1 decode it (``message_start``,
+    ``message_delta``, ``error``, anything else)."""
+    if not event:
+        pos = _value_at(data, b'"type"')
+        if pos < 0 or data[pos] != 0x22:
+            return -1
+        end = data.find(b'"', pos + 1)
+        if end < 0:
+            return -1
+        event = data[pos + 1 : end].decode("ascii", "replace")
+    if event == "content_block_delta":
+        return 1
+    if event in _ANTHROPIC_SKIP:
+        return 0
+    return -1
 
 
 def _ollama_plain_line(line: bytes) -> int:
