@@ -11,7 +11,9 @@ process``, like vLLM's engine core). A batch is what is queued when the engine
 picks it up, waiting at most ``--batch-wait-ms`` for ``--batch-size`` requests.
 One step per batch: a pageable host-to-device cudaMemcpy of the inputs,
 ``launches`` cuLaunchKernel per request, a device-to-host cudaMemcpyAsync and
-a cudaStreamSynchronize, where the engine waits for its batch.
+a cudaStreamSynchronize, where the engine waits for its batch. With ``--cpu-burst-ms``, the step
+also spends that long on the CPU (in ``burn_cpu``, between the input copy and the launches), as
+an engine that prepares its batch on the host does: enough to be profiled.
 
 Routes:
   GET /generate/ID[?launches=N]     queued for the engine; answers {"id", "batch": [ids], "step"}
@@ -44,10 +46,11 @@ BYTES_PER_REQUEST = 256
 class Cuda:
     """The runtime and the driver, loaded once per process."""
 
-    def __init__(self, lib_dir: str) -> None:
+    def __init__(self, lib_dir: str, burst_s: float = 0.0) -> None:
         self.rt = load_runtime(lib_dir)
         self.drv = load_driver(lib_dir)
         self.device = ctypes.c_void_p()
+        self.burst_s = burst_s
 
     def reserve(self) -> "Cuda":
         """The engine's device buffer, allocated once at start-up (as an engine reserves its cache)."""
@@ -59,10 +62,21 @@ class Cuda:
         size = BYTES_PER_REQUEST * len(launches)
         host = ctypes.create_string_buffer(size)
         check(self.rt.cudaMemcpy(self.device, host, size, MEMCPY_HOST_TO_DEVICE), "cudaMemcpy")
+        if self.burst_s:
+            burn_cpu(self.burst_s)
         for _ in range(sum(launches)):
             check(self.drv.cuLaunchKernel(ctypes.c_void_p(0x4000), 1, 1, 1, 128, 1, 1, 0, None, None, None), "cuLaunchKernel")
         check(self.rt.cudaMemcpyAsync(host, self.device, size, MEMCPY_DEVICE_TO_HOST, None), "cudaMemcpyAsync")
         check(self.rt.cudaStreamSynchronize(None), "cudaStreamSynchronize")
+
+
+def burn_cpu(seconds: float) -> int:
+    """Host work of a step: ``seconds`` on the CPU."""
+    end = time.monotonic() + seconds
+    spins = 0
+    while time.monotonic() < end:
+        spins += sum(range(200))
+    return spins
 
 
 def collect(take, first, size: int, wait_s: float) -> list:
@@ -80,9 +94,9 @@ def collect(take, first, size: int, wait_s: float) -> list:
     return batch
 
 
-def engine_process(conn, lib_dir: str) -> None:
+def engine_process(conn, lib_dir: str, burst_s: float = 0.0) -> None:
     """The engine in its own process: a batch of launch counts in, one step, the step number out."""
-    cuda = Cuda(lib_dir).reserve()
+    cuda = Cuda(lib_dir, burst_s).reserve()
     conn.send(os.getpid())
     step = 0
     while True:
@@ -97,19 +111,19 @@ def engine_process(conn, lib_dir: str) -> None:
 class Engine:
     """Batches queued requests and runs one GPU step per batch (in a thread, or in a child process)."""
 
-    def __init__(self, mode: str, lib_dir: str, batch_size: int, batch_wait_s: float) -> None:
+    def __init__(self, mode: str, lib_dir: str, batch_size: int, batch_wait_s: float, burst_s: float = 0.0) -> None:
         self.queue: queue.Queue = queue.Queue()
         self.batch_size, self.batch_wait_s = batch_size, batch_wait_s
         self.steps = 0
         if mode == "process":
             context = multiprocessing.get_context("spawn")
             self.conn, child = context.Pipe()
-            self.process = context.Process(target=engine_process, args=(child, lib_dir), daemon=True)
+            self.process = context.Process(target=engine_process, args=(child, lib_dir, burst_s), daemon=True)
             self.process.start()
             self.pid = self.conn.recv()
             self.run_step = self._remote_step
         else:
-            self.cuda = Cuda(lib_dir).reserve()
+            self.cuda = Cuda(lib_dir, burst_s).reserve()
             self.pid = os.getpid()
             self.run_step = self._local_step
         threading.Thread(target=self._loop, name="batching-engine", daemon=True).start()
@@ -195,9 +209,11 @@ def main() -> None:
     parser.add_argument("--engine", choices=("thread", "process"), default="thread")
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--batch-wait-ms", type=float, default=20.0)
+    parser.add_argument("--cpu-burst-ms", type=float, default=0.0, help="CPU time per engine step (burn_cpu), 0: none")
     args = parser.parse_args()
     state["lib_dir"] = args.lib_dir
-    state["engine"] = Engine(args.engine, args.lib_dir, args.batch_size, args.batch_wait_ms / 1000)
+    state["engine"] = Engine(args.engine, args.lib_dir, args.batch_size, args.batch_wait_ms / 1000,
+                             args.cpu_burst_ms / 1000)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))

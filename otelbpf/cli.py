@@ -609,7 +609,11 @@ def cmd_run(args) -> int:
         print(f"otelbpf: {exc}", file=sys.stderr)
         consumer.shutdown(1.0)
         if config.profiles.enabled:
-            profile_exporter.shutdown(1.0)
+            # not shut down: that writes the flame graph page, empty (its thread is a daemon); an
+            # empty --profiles-json-file goes like the other empty outputs
+            profiles_file = getattr(args, "profiles_json_file", None)
+            if profiles_file and os.path.isfile(profiles_file) and os.path.getsize(profiles_file) == 0:
+                os.unlink(profiles_file)
         remove_empty_outputs(args)
         if health is not None:
             health.close()

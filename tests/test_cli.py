@@ -166,3 +166,30 @@ def test_yield_cpu_lowers_its_own_session_group_but_never_a_shared_one():
     shared = subprocess.run([sys.executable, "-c", YIELD], capture_output=True, text=True, cwd=ROOT, check=True)
     thread_nice, group_nice = shared.stdout.split()
     assert thread_nice == "10" and group_nice != "10"  # the test runner's session is left alone
+
+
+FAILING_START = (
+    "import sys\n"
+    "from otelbpf.sources import ebpf\n"
+    "def start(self):\n"
+    "    raise ebpf.CaptureError('cannot load the probes (test)')\n"
+    "ebpf.EbpfSource.start = start\n"
+    "from otelbpf.cli import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.ebpf
+@pytest.mark.parametrize("explicit", [False, True], ids=["default-page", "flamegraph-and-json"])
+def test_failed_start_leaves_no_flame_graph_page(tmp_path, explicit):
+    """The agent that did not start writes no (empty) flame graph page, and leaves no empty
+    profiles JSON file: the profile exporters are not shut down on that path."""
+    traces = tmp_path / "traces.json"
+    extra = ["--flamegraph", str(tmp_path / "fg.html"), "--profiles-json-file", str(tmp_path / "p.jsonl")] if explicit else []
+    result = subprocess.run(
+        [sys.executable, "-c", FAILING_START, "run", "--pid", str(os.getpid()), "--json-file", str(traces), *extra],
+        capture_output=True, text=True, cwd=str(ROOT), timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert "cannot load the probes (test)" in result.stderr and "Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == [], result.stderr

@@ -6,7 +6,8 @@ No GPU: examples/gpu_profile_server.py calls the stand-in libraries of examples/
 function per route, loaded on the first request after the agent started (so every test also
 proves that a library loaded later is probed). One test runs the real libcudart.so.12 of the
 nvidia-cuda-runtime-cu12 wheel: its calls fail without a GPU, but they are made and probed.
-Profiles are read back from the OTLP JSON lines file the agent writes at exit.
+Profiles are read back from the OTLP JSON lines file the agent writes at exit. The last test
+runs examples/gpu_batching_server.py: samples on its engine thread link to the engine step.
 """
 
 from __future__ import annotations
@@ -234,3 +235,64 @@ def test_real_libcudart_allocation_stacks(services, agent, tmp_path):
     assert all(s["attributes"].get("otelbpf.gpu.error_code") for s in failed)  # no GPU: every call failed
     assert not by_function(samples, ("inuse_space", "bytes"))  # nothing was allocated
     assert any(n.startswith("cudaMalloc") for s in failed for n in s["native"][:2]), failed[0]["native"][:5]
+
+
+def test_engine_thread_samples_link_to_the_step_running_then(services, agent, tmp_path):
+    """examples/gpu_batching_server.py's engine thread runs one step per batch of requests, serving
+    none of them itself; each step spends --cpu-burst-ms in burn_cpu between its input copy and
+    its launches. The CPU samples of that burst and the launch samples (every launch sampled)
+    link to the step's span ("gpu step"), the one whose time holds them, never to a request."""
+    rounds, batch, burst_ms = 3, 3, 200
+    server = services(
+        [str(EXAMPLES / "gpu_batching_server.py"), "--port", "0", "--engine", "thread", "--batch-size", str(batch),
+         "--batch-wait-ms", "3000", "--cpu-burst-ms", str(burst_ms)],
+        env={"CUDA_STANDIN_SYNC_US": str(SYNC_US)},
+    )  # fmt: skip
+    run = agent(
+        ["--pid", str(server.pid), "--json-file", str(tmp_path / "spans.json"),
+         "--profiles-json-file", str(tmp_path / "profiles.jsonl"), "--profile-interval", "60",
+         "--profile-hz", "199", "--gpu-launch-sample-every", "1", "--gpu-min-call-duration", "0",
+         "--gpu-step-gap-ms", "500"]
+    )  # fmt: skip
+    probing = f"GPU: pid {server.pid}: probing {STANDIN}/build/libcudart.so.12 "
+    assert wait_until(lambda: probing in run.output, timeout=15), run.output
+    launches = 0
+    for round_ in range(rounds):
+        clients = [
+            subprocess.Popen(["curl", "-sf", f"http://127.0.0.1:{server.port}/generate/r{round_}-{i}?launches={i + 1}"],
+                             stdout=subprocess.PIPE, text=True)
+            for i in range(batch)
+        ]  # fmt: skip
+        replies = []
+        for client in clients:
+            stdout, _ = client.communicate(timeout=30)
+            assert client.returncode == 0
+            replies.append(json.loads(stdout))
+        assert {len(r["batch"]) for r in replies} == {batch}, replies
+        launches += sum(range(1, batch + 1))
+    stop(run, server)
+
+    spans = spans_in_file(tmp_path / "spans.json")
+    steps = {s.span.span_id.hex(): s.span for s in spans if s.span.name == "gpu step"}
+    assert len(steps) == rounds, [s.span.name for s in spans]
+    requests = {s.span.span_id.hex() for s in spans if s.span.kind == SERVER}
+    burst, launched = [], []
+    for request in read_profiles_json_file(tmp_path / "profiles.jsonl"):
+        for pid, sample_type, frames, link, _attributes, value, ts in resolve(request):
+            python = [f[1] for f in frames if f[0] == "cpython"]
+            if pid != server.pid or "Cuda.step" not in python:  # the engine thread's steps only
+                continue
+            if sample_type == ("samples", "count") and "burn_cpu" in python:
+                burst.append((link, ts))
+            elif sample_type == ("launches", "count"):
+                launched.append((link, ts, value))
+    assert burst, "no CPU sample of the steps' burst"
+    assert sum(value for _l, _t, value in launched) == launches
+    linked_steps = set()
+    for link, ts, *_ in burst + launched:
+        assert link[1] in steps and link[1] not in requests, (link, ts)
+        step = steps[link[1]]
+        assert link[0] == step.trace_id.hex()
+        assert step.start_time_unix_nano <= ts <= step.end_time_unix_nano  # the step running then
+        linked_steps.add(link[1])
+    assert linked_steps == set(steps)  # every step got its samples

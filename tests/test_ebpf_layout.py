@@ -54,6 +54,17 @@ int main(void) {
     C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_PROFILE_LOST); C(STAT_COUNT);
     C(SOURCE_SOCKET); C(SOURCE_TLS); C(DF_SENDFILE); C(DF_IOV_TRUNCATED); C(DF_MMSG_UNKNOWN);
     C(DF_PIECE); C(WHOLE_CAPTURE_BYTES); C(WHOLE_PIECE_BYTES);
+    printf("profile_info %zu\n", sizeof(struct profile_info));
+    F(profile_info, stack_addr); F(profile_info, kernel_stack_id); F(profile_info, py_count); F(profile_info, kind);
+    F(profile_info, flags); F(profile_info, comm); F(profile_info, regs); F(profile_info, py);
+    printf("py_frame %zu\n", sizeof(struct py_frame));
+    F(py_frame, code); F(py_frame, instr); F(py_frame, flags);
+    printf("offcpu_end %zu\n", sizeof(struct offcpu_end));
+    F(offcpu_end, blocked_ns);
+    C(EV_PROFILE); C(EV_OFFCPU_END);
+    C(PROFILE_ON_CPU); C(PROFILE_OFF_CPU); C(PROFILE_GPU_CALL); C(PROFILE_GPU_LAUNCH);
+    C(PF_KERNEL_MODE); C(PF_PY_NO_THREAD); C(PF_PY_TRUNCATED); C(PF_STACK_TRUNCATED);
+    C(PYF_EVAL_END); C(PYF_SHIM); C(PROFILE_PY_FRAMES); C(PROFILE_REGS); C(PROFILE_STACK_BYTES);
     return 0;
 }
 """
@@ -135,6 +146,38 @@ def test_constants_match_c(c_layout):
         DataFlags.PIECE,
     )
     assert layout.WHOLE_CAPTURE_BYTES >= 256 * 1024  # the documented bound per call (capture.h)
+
+
+def test_profile_constants_match_c(c_layout):
+    """otelbpf/profiles/records.py's copy of capture.h's profile record kinds, flags and bounds."""
+    from otelbpf.profiles import records
+
+    names = (
+        "EV_PROFILE EV_OFFCPU_END PROFILE_ON_CPU PROFILE_OFF_CPU PROFILE_GPU_CALL PROFILE_GPU_LAUNCH "
+        "PF_KERNEL_MODE PF_PY_NO_THREAD PF_PY_TRUNCATED PF_STACK_TRUNCATED PYF_EVAL_END PYF_SHIM "
+        "PROFILE_PY_FRAMES PROFILE_REGS PROFILE_STACK_BYTES"
+    ).split()
+    for name in names:
+        assert c_layout[name] == (getattr(records, name),), name
+    # the profile record types do not collide with the socket ones
+    assert len({getattr(layout, n) for n in ("EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER "
+                                               "EV_DATAGRAM EV_PROC_START EV_CALL").split()}
+               | {records.EV_PROFILE, records.EV_OFFCPU_END}) == 10  # fmt: skip
+
+
+def test_profile_records_match_c(c_layout):
+    from otelbpf.profiles import records
+
+    assert c_layout["profile_info"] == (records.PROFILE_INFO_SIZE,)
+    head = ["stack_addr", "kernel_stack_id", "py_count", "kind", "flags", "comm", "regs"]
+    # PROFILE_INFO_HEAD ("<QiHBB16s21Q"): one format field per C field, regs the PROFILE_REGS words
+    assert [c_layout[f"profile_info.{f}"] for f in head] == _offsets_of(records.PROFILE_INFO_HEAD.format)
+    assert c_layout["profile_info.regs"][1] == records.PROFILE_REGS * 8
+    assert c_layout["profile_info.py"] == (records.PROFILE_INFO_HEAD.size, records.PROFILE_PY_FRAMES * records.PY_FRAME.size)
+    assert c_layout["py_frame"] == (records.PY_FRAME.size,)
+    assert [c_layout[f"py_frame.{f}"] for f in ("code", "instr", "flags")] == _offsets_of(records.PY_FRAME.format)
+    assert c_layout["offcpu_end"] == (records.OFFCPU_END.size,)
+    assert c_layout["offcpu_end.blocked_ns"] == _offsets_of(records.OFFCPU_END.format)[0]
 
 
 # -- saved user registers (ebpf_layout.SYSCALL_REGS) ---------------------------

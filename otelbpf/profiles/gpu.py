@@ -27,7 +27,7 @@ the two by (thread, entry time) and makes samples of:
 
 Call samples are linked to the span the call's span is a child of (the request span, or the
 engine step of a thread serving none), read at export; launch samples like CPU samples
-(``Linker.serving``). Allocation amounts are what the process asked CUDA for: with PyTorch's
+(``Profiler.serving``: the thread's request, else the engine step the thread is running). Allocation amounts are what the process asked CUDA for: with PyTorch's
 caching allocator these are segments (the allocator's pool), not tensors; every alloc/inuse
 sample says so (``otelbpf.gpu.memory.granularity``).
 """
@@ -141,7 +141,7 @@ class GpuProfiles:
 
     def on_sample(self, event: StackSampleEvent) -> None:
         if event.kind == PROFILE_GPU_LAUNCH:
-            start = self.profiler.linker.serving(event.pid, event.tid, event.task_id)
+            start = self.profiler.serving(event)
             self.profiler.add_gpu_launch(event, GPU_LAUNCH, (max(event.weight, 1),), start)
             return
         key = (event.tid, event.ts_ns)

@@ -13,6 +13,10 @@ instant, and the sample is linked by the rules the spans use
   request is often not the one that answers it), so such samples wait for
   the answer (:meth:`Profiler.answered`), bounded in number and time, and
   go unlinked if none comes;
+- a CPU or launch sample on a thread serving no request (a batching engine's
+  thread, outside an asyncio task): the engine step the thread is running
+  then (``EngineSteps.serving``, otelbpf/semantics/gpu_steps.py), as its GPU
+  calls are that step's children;
 - otherwise, no link: an unlinked sample is better than a wrong one.
 
 Links are read when the interval is exported, so a trace that merged into
@@ -57,6 +61,8 @@ class Profiler:
         self.cpu = cpu_type(hz)
         self.builder = builder if builder is not None else StackBuilder(sampler)
         self.linker = None
+        #: the GPU state's engine steps (otelbpf/semantics/gpu_steps.py), set at attach; None: no GPU probes
+        self.steps = None
         #: (sample, SpanStart or None), in arrival order, for the current interval
         self._interval: list[tuple[Sample, object]] = []
         #: (pid, task id) -> [(sample, ts_ns)] awaiting the request their task answers
@@ -85,6 +91,7 @@ class Profiler:
         state = gpu_semantics.state_of(pipeline)
         if state is not None:  # the GPU calls' spans hand each call to the GPU profiles
             state.call_observer = self.gpu.on_call
+            self.steps = state.steps
 
     # -- samples ----------------------------------------------------------
 
@@ -93,11 +100,19 @@ class Profiler:
         if event.kind == PROFILE_GPU_CALL or event.kind == PROFILE_GPU_LAUNCH:
             self.gpu.on_sample(event)
             return
-        start = self.linker.serving(event.pid, event.tid, event.task_id)
         if event.kind == PROFILE_OFF_CPU:
-            self._hold_blocked(event, start)
+            self._hold_blocked(event, self.linker.serving(event.pid, event.tid, event.task_id))
             return
-        self._add(event, self.cpu, (1,), start)
+        self._add(event, self.cpu, (1,), self.serving(event))
+
+    def serving(self, event: StackSampleEvent):
+        """The span a CPU or launch sample belongs to: its thread's (or task's) request
+        (``Linker.serving``); on a thread serving none, outside an asyncio task that may
+        still learn its request, the engine step the thread is running then."""
+        start = self.linker.serving(event.pid, event.tid, event.task_id)
+        if start is None and self.steps is not None and not (event.task_id and self.linker.serves_requests(event.pid)):
+            start = self.steps.serving(event.pid, event.tid, event.ts_ns)
+        return start
 
     def on_offcpu_end(self, end: OffCpuEnd) -> None:
         held = self._blocked.pop(end.tid, None)
