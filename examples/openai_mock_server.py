@@ -12,6 +12,19 @@ Routes (POST, JSON bodies, as the OpenAI API):
                          rerank "documents" against "query" (vLLM / Jina / Cohere
                          shape: results by relevance, top_n of them, usage)
   /v1/score, /score      vLLM's score API: "text_1" against each of "text_2"
+  /generate, /generate_stream, /
+                         Hugging Face TGI's native API ("inputs", "parameters"):
+                         huggingface_hub's InferenceClient(model=this server)
+                         .text_generation posts to / ("stream": true streams)
+
+The TGI routes: ``parameters.max_new_tokens`` tokens, finish reason ``length``; without
+it 4 tokens and an EOS token (``special``, text ``</s>``), finish reason ``eos_token``.
+``details`` (when ``parameters.details``): ``generated_tokens`` (the EOS counted),
+``prefill`` with one entry per word of ``inputs`` when ``decoder_input_details``,
+the tokens; a stream's last event carries ``generated_text`` and ``details`` with
+``input_length`` (the words of ``inputs``), every other one ``"generated_text":null``,
+as TGI writes them (compact JSON, ``data:`` without a space). ``/`` answers a
+one-element list unless streamed; ``/generate`` an object. Delays as below.
 
 The Anthropic route: the output is ``min(max_tokens, mock_output_tokens or 5)``
 tokens as above, ``stop_reason`` ``max_tokens`` when that is ``max_tokens``, else
@@ -214,6 +227,9 @@ class MockHandler(BaseHTTPRequestHandler):
             self._messages(request)
         elif path in ("/v1/rerank", "/rerank", "/v2/rerank"):
             self._send_json(200, rerank_response(request, next_id()))
+        elif path in ("/generate", "/generate_stream", "/"):
+            self._tgi(request, stream=path == "/generate_stream" or (path == "/" and request.get("stream") is True),
+                      listed=path == "/")
         elif path in ("/v1/score", "/score"):
             self._send_json(200, score_response(request, next_id()))
         else:
@@ -336,6 +352,58 @@ class MockHandler(BaseHTTPRequestHandler):
         self._event({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None}, "usage": usage},
                     name="message_delta")
         self._event({"type": "message_stop"}, name="message_stop")
+        self._end_stream()
+
+
+    def _tgi(self, request: dict, stream: bool, listed: bool) -> None:
+        """Hugging Face TGI's native API."""
+        inputs = request.get("inputs")
+        if not isinstance(inputs, str):
+            body = json.dumps({"error": "Input validation error: `inputs` must be a string", "error_type": "validation"})
+            self._send_json(422, json.loads(body))
+            return
+        params = request.get("parameters") if isinstance(request.get("parameters"), dict) else {}
+        limit = params.get("max_new_tokens")
+        texts = tokens_for({"max_tokens": limit or 4, "mock_token_bytes": request.get("mock_token_bytes")})
+        tokens = [{"id": 100 + i, "text": t, "logprob": -0.5, "special": False} for i, t in enumerate(texts)]
+        if limit:
+            finish = "length"
+        else:
+            finish = "eos_token"
+            tokens.append({"id": 2, "text": "</s>", "logprob": -0.1, "special": True})
+        text = "".join(texts)
+        first_delay, token_delay = self.first_token_delay_s, self.token_delay_s
+        if isinstance(request.get("mock_first_token_delay_ms"), (int, float)):
+            first_delay = request["mock_first_token_delay_ms"] / 1000.0
+        if isinstance(request.get("mock_token_delay_ms"), (int, float)):
+            token_delay = request["mock_token_delay_ms"] / 1000.0
+        seed = params.get("seed")
+        if not stream:
+            time.sleep(first_delay + token_delay * max(len(tokens) - 1, 0))
+            answer: dict = {"generated_text": text}
+            if params.get("details"):
+                prefill = [{"id": 1000 + i, "text": w, "logprob": None}
+                           for i, w in enumerate(inputs.split())] if params.get("decoder_input_details") else []
+                answer["details"] = {"finish_reason": finish, "generated_tokens": len(tokens), "seed": seed,
+                                     "prefill": prefill, "tokens": tokens}
+            body = json.dumps([answer] if listed else answer, separators=(",", ":")).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("x-generated-tokens", str(len(tokens)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
+        self._start_stream()
+        for i, token in enumerate(tokens):
+            time.sleep(first_delay if i == 0 else token_delay)
+            event = {"index": i + 1, "token": token, "generated_text": None, "details": None, "top_tokens": None}
+            if i == len(tokens) - 1:
+                event["generated_text"] = text
+                event["details"] = {"finish_reason": finish, "generated_tokens": len(tokens), "seed": seed,
+                                    "input_length": len(inputs.split())}
+            data = f"data:{json.dumps(event, separators=(',', ':'))}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
         self._end_stream()
 
 

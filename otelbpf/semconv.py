@@ -116,6 +116,8 @@ GEN_AI_OPERATION_EMBEDDINGS = "embeddings"
 #: scoring text pairs (/v1/score).
 GEN_AI_OPERATION_RERANK = "rerank"
 GEN_AI_OPERATION_SCORE = "score"
+#: Tensor inference by the v2 inference protocol (Triton, KServe: /v2/models/M/infer).
+GEN_AI_OPERATION_INFER = "infer"
 #: ``gen_ai.provider.name`` well-known values, and the server hosts that identify them.
 GEN_AI_PROVIDER_OPENAI = "openai"
 GEN_AI_PROVIDER_AZURE_OPENAI = "azure.ai.openai"
@@ -134,6 +136,12 @@ GEN_AI_PROVIDER_GCP_VERTEX_AI = "gcp.vertex_ai"
 #: flavor is OpenAI's, the provider is not).
 GEN_AI_PROVIDER_OLLAMA = "ollama"
 GEN_AI_PROVIDER_OPENAI_COMPATIBLE = "openai_compatible"
+#: Hugging Face Text Generation Inference's native API (/generate, /generate_stream):
+#: not a listed provider; dotted as the conventions' vendor.product values are.
+GEN_AI_PROVIDER_HUGGINGFACE_TGI = "huggingface.tgi"
+#: The v2 inference protocol (KServe's Open Inference Protocol; Triton, KServe, MLServer
+#: and OpenVINO Model Server speak it, and nothing on the wire tells them apart).
+GEN_AI_PROVIDER_OPEN_INFERENCE = "open_inference"
 
 # --- GenAI metrics ---------------------------------------------------------------------
 GEN_AI_CLIENT_OPERATION_DURATION = "gen_ai.client.operation.duration"
@@ -259,6 +267,11 @@ OTELBPF_GENAI_USAGE_SOURCE = "otelbpf.genai.usage.source"
 OTELBPF_GEN_AI_REQUEST_DOCUMENTS = "otelbpf.gen_ai.request.documents"
 OTELBPF_GEN_AI_REQUEST_TOP_N = "otelbpf.gen_ai.request.top_n"
 OTELBPF_GEN_AI_RESPONSE_RESULTS = "otelbpf.gen_ai.response.results"
+#: v2 inference calls: the model version (the path's, else the response's), the input
+#: tensors the request sent and the output tensors the response returned.
+OTELBPF_GEN_AI_REQUEST_MODEL_VERSION = "otelbpf.gen_ai.request.model_version"
+OTELBPF_GEN_AI_REQUEST_INPUTS = "otelbpf.gen_ai.request.inputs"
+OTELBPF_GEN_AI_RESPONSE_OUTPUTS = "otelbpf.gen_ai.response.outputs"
 #: otelbpf's own HTTP/2 and gRPC span attributes:
 #: some header field of the stream referred to an HPACK entry older than the agent (docs/http2.md),
 OTELBPF_HTTP2_HPACK_INCOMPLETE = "otelbpf.http2.hpack_incomplete"

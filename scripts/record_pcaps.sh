@@ -47,6 +47,14 @@
 #                          cache_control system block (cache read tokens)
 #   rerank.pcap            (tests/golden/http1/) httpx against the same mock:
 #                          /v1/rerank (top_n), /rerank, /v1/score
+#   tgi.pcap               (tests/golden/http1/) huggingface_hub's InferenceClient
+#                          text_generation against the same mock's TGI routes (POST /,
+#                          streamed and not, details), then httpx: /generate with
+#                          decoder_input_details, /generate_stream
+#   triton.pcap            (tests/golden/http1/) tritonclient.http against
+#                          examples/triton_mock_server.py: binary tensor data (the
+#                          Inference-Header-Content-Length extension), JSON tensors on a
+#                          versioned model path, an unknown model (400)
 #
 # The gRPC captures need grpcio: GRPC_PYTHON (default .venv/bin/python) runs them.
 set -euo pipefail
@@ -229,10 +237,12 @@ while True:
 
 # The OpenAI-compatible mock on 18089: 40 ms to the first token, 5 ms between tokens.
 start_server "$py" "$here/examples/openai_mock_server.py" --port 18089 --first-token-delay-ms 40 --token-delay-ms 5
+# The v2 inference protocol (Triton / KServe) mock on 18091.
+start_server "$py" "$here/examples/triton_mock_server.py" --port 18091
 # The example gRPC service on 18087.
 start_server "$grpc_py" "$here/examples/grpc_service.py" serve --port 18087
 
-for port in 18080 18081 18082 18083 18084 18085 18086 18087 18088 18089; do wait_for_port "$port"; done
+for port in 18080 18081 18082 18083 18084 18085 18086 18087 18088 18089 18091; do wait_for_port "$port"; done
 
 # --- captures: record_NAME makes NAME.pcap ---------------------------------------
 
@@ -362,6 +372,46 @@ http.post("/v1/score", json={"model": "bge-reranker-v2-m3", "text_1": "what is e
     stop_capture golden/http1/rerank.pcap
 }
 
+# Hugging Face TGI's native API: the real huggingface_hub client (it posts to TGI's
+# compatibility route /), then httpx on /generate and /generate_stream; one connection each.
+record_tgi() {
+    start_capture golden/http1/tgi.pcap "tcp port 18089"
+    "$here/.venv/bin/python" -c '
+import httpx
+from huggingface_hub import InferenceClient
+client = InferenceClient(model="http://127.0.0.1:18089")
+client.text_generation("say hello to the golden tests", max_new_tokens=3, details=True, temperature=0.2)
+for _ in client.text_generation("stream to the golden tests", details=True, stream=True):
+    pass
+http = httpx.Client(base_url="http://127.0.0.1:18089")
+http.post("/generate", json={"inputs": "golden prefill words", "parameters": {"max_new_tokens": 2, "details": True,
+                                                                              "decoder_input_details": True}})
+http.post("/generate_stream", json={"inputs": "golden stream", "parameters": {"max_new_tokens": 4, "top_p": 0.9}})'
+    stop_capture golden/http1/tgi.pcap
+}
+
+# The v2 inference protocol: the real tritonclient.http (geventhttpclient), one connection.
+record_triton() {
+    start_capture golden/http1/triton.pcap "tcp port 18091"
+    "$here/.venv/bin/python" -c '
+import numpy as np
+import tritonclient.http as httpclient
+client = httpclient.InferenceServerClient(url="127.0.0.1:18091")
+a = np.arange(8, dtype=np.int32).reshape(1, 8)
+i0 = httpclient.InferInput("INPUT0", [1, 8], "INT32"); i0.set_data_from_numpy(a)
+i1 = httpclient.InferInput("INPUT1", [1, 8], "INT32"); i1.set_data_from_numpy(a)
+client.infer("simple", [i0, i1], request_id="golden-binary",
+             outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=True), httpclient.InferRequestedOutput("OUTPUT1")])
+j0 = httpclient.InferInput("INPUT0", [1, 8], "INT32"); j0.set_data_from_numpy(a, binary_data=False)
+client.infer("simple", [j0], model_version="2", request_id="golden-json",
+             outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=False)])
+try:
+    client.infer("missing", [j0])
+except Exception:
+    pass'
+    stop_capture golden/http1/triton.pcap
+}
+
 mkdir -p "$golden/http2"
 
 record_grpc_calls() {
@@ -400,7 +450,7 @@ record_grpc_late() {
 }
 
 all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway
-    grpc_calls grpc_concurrent grpc_late h2c_nginx openai anthropic rerank)
+    grpc_calls grpc_concurrent grpc_late h2c_nginx openai anthropic rerank tgi triton)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then

@@ -31,13 +31,17 @@ tracked at once (the oldest is dropped beyond, counted in
 ``Host`` header, else the peer), e.g. ``openai`` for ``api.openai.com``;
 otherwise ``ollama`` for Ollama's own API and ``openai_compatible`` for the
 OpenAI wire format served by anything else, ``anthropic`` for the
-Anthropic Messages API (see otelbpf/semconv.py). Rerank and score calls
+Anthropic Messages API, ``huggingface.tgi`` for TGI's native API,
+``open_inference`` for the v2 inference protocol (Triton, KServe: operation ``infer``,
+the model and version from the path, tensor counts; the binary extension's
+``Inference-Header-Content-Length`` is read too) (see otelbpf/semconv.py). Rerank and score calls
 (/v1/rerank, /v1/score) take the custom operation names ``rerank`` and
 ``score`` and otelbpf attributes for their documents, top_n and results.
 
 Private by default: prompt and completion text only with
 ``SpanOptions.capture_genai_content`` (``--capture-genai-content``),
-truncated; no header but ``Host``/``User-Agent`` is ever read, so
+truncated; no header but ``Host``/``User-Agent`` (and the v2 protocol's
+``Inference-Header-Content-Length``) is ever read, so
 ``Authorization`` and API keys are never exported.
 """
 
@@ -64,6 +68,7 @@ _OPERATIONS = {
     Operation.EMBEDDINGS: sc.GEN_AI_OPERATION_EMBEDDINGS,
     Operation.RERANK: sc.GEN_AI_OPERATION_RERANK,
     Operation.SCORE: sc.GEN_AI_OPERATION_SCORE,
+    Operation.INFER: sc.GEN_AI_OPERATION_INFER,
 }
 
 #: API hosts (exact, or a suffix when it starts with a dot) -> well-known provider.
@@ -93,6 +98,10 @@ def provider_name(host: str, api: Api) -> str:
         return sc.GEN_AI_PROVIDER_OLLAMA
     if api is Api.ANTHROPIC:
         return sc.GEN_AI_PROVIDER_ANTHROPIC  # the Messages API is Anthropic's, wherever served
+    if api is Api.TGI:
+        return sc.GEN_AI_PROVIDER_HUGGINGFACE_TGI  # TGI's native API (no listed provider)
+    if api is Api.V2_INFER:
+        return sc.GEN_AI_PROVIDER_OPEN_INFERENCE  # Triton, KServe, MLServer: the protocol's name
     return sc.GEN_AI_PROVIDER_OPENAI_COMPATIBLE
 
 
@@ -128,6 +137,8 @@ class GenAiLayer:
             if endpoint is None:
                 return  # not an LLM call: nothing kept
             entry = (exchange, LlmCall(endpoint, self.capture_content))
+            if endpoint.api is Api.V2_INFER:  # the binary extension: the body's JSON head length
+                entry[1].json_head_length(False, _header(getattr(exchange, "request", None), "inference-header-content-length"))
             if len(self._calls) >= self.max_calls:
                 del self._calls[next(iter(self._calls))]
                 self.evicted += 1
@@ -143,6 +154,8 @@ class GenAiLayer:
         elif phase == Phase.RESPONSE_START:
             response = getattr(exchange, "response", None)
             call.response_start(response.header("content-type") if response is not None else None)
+            if call.endpoint.api is Api.V2_INFER:
+                call.json_head_length(True, _header(response, "inference-header-content-length"))
 
     # -- span (when the exchange ends) -------------------------------------------
 
@@ -228,6 +241,12 @@ def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeV
         attrs[sc.OTELBPF_GEN_AI_REQUEST_TOP_N] = facts.top_n
     if facts.results is not None:
         attrs[sc.OTELBPF_GEN_AI_RESPONSE_RESULTS] = facts.results
+    if facts.model_version is not None:
+        attrs[sc.OTELBPF_GEN_AI_REQUEST_MODEL_VERSION] = facts.model_version
+    if facts.inputs is not None:
+        attrs[sc.OTELBPF_GEN_AI_REQUEST_INPUTS] = facts.inputs
+    if facts.outputs is not None:
+        attrs[sc.OTELBPF_GEN_AI_RESPONSE_OUTPUTS] = facts.outputs
     if facts.streamed and facts.chunks:
         attrs[sc.GEN_AI_RESPONSE_TIME_TO_FIRST_CHUNK] = max(facts.first_chunk_ns - start_ns, 0) / 1e9
         attrs[sc.OTELBPF_GEN_AI_RESPONSE_CHUNKS] = facts.chunks
@@ -252,6 +271,12 @@ def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeV
         attrs[sc.OTELBPF_GENAI_USAGE_SOURCE] = facts.usage_source
     model = facts.request_model or facts.response_model
     return f"{operation} {model}" if model else operation
+
+
+def _header(message, name: str) -> str | None:
+    """A header of an HTTP/1 or HTTP/2 message (None: no message, or no such header)."""
+    header = getattr(message, "header", None)
+    return header(name) if header is not None else None
 
 
 def request_line(exchange) -> tuple[str, str] | None:

@@ -21,7 +21,30 @@ path                                   API                  operation
 ``.../rerank`` (v1, v2, bare)          rerank (vLLM,        rerank (custom)
                                        Cohere, Jina, TEI)
 ``.../score`` (v1, bare)               vLLM score           score (custom)
+``/``, ``/generate``,                  TGI native           text_completion
+``/generate_stream``
+``/v2/models/M[/versions/V]/infer``    v2 inference         infer (custom)
+                                       (Triton, KServe)
 =====================================  ===================  =================
+
+The v2 inference protocol (KServe's Open Inference Protocol, Triton's HTTP API) names
+the model and its version in the path (:class:`Endpoint` carries them); the bodies are
+tensors: the facts keep the number of input tensors sent and output tensors returned,
+the response's ``model_name``/``model_version`` and ``id``. With the binary tensor data
+extension a body is a JSON head followed by raw tensor bytes: its length is the
+``Inference-Header-Content-Length`` header (:meth:`LlmCall.json_head_length`), and only
+the head is parsed (without the header, the first JSON value of the body).
+
+Hugging Face TGI's native API names no model anywhere (one server serves one model):
+a TGI call is recognised by its shape instead, a request object with ``inputs`` and
+a response with ``generated_text``, a ``token`` event or an ``error_type``. ``POST /``
+is TGI's compatibility route (huggingface_hub's ``InferenceClient.text_generation``
+posts there; ``"stream": true`` makes it ``/generate_stream``); its non-streamed answer
+is a one-element JSON list. Output tokens come from ``details.generated_tokens``,
+input tokens from ``details.input_length`` (stream details) or the ``prefill`` list
+(``decoder_input_details``), the finish reason from ``details.finish_reason``; a
+stream's output chunks are its token events whose token is not ``special`` (the
+middle events are counted from their bytes, never decoded).
 
 Anthropic's Messages API streams named SSE events (``message_start`` with the
 id, model and input usage; ``content_block_delta`` per output chunk;
@@ -105,6 +128,8 @@ class Operation(enum.Enum):
     #: documents against a query, and scoring text pairs.
     RERANK = "rerank"
     SCORE = "score"
+    #: Tensor inference by the v2 inference protocol (Triton, KServe): no well-known value.
+    INFER = "infer"
 
 
 class Api(enum.Enum):
@@ -115,12 +140,17 @@ class Api(enum.Enum):
     OLLAMA = "ollama"  # /api/chat, /api/generate, /api/embed
     ANTHROPIC = "anthropic"  # /v1/messages
     RERANK = "rerank"  # /v1/rerank, /v1/score (vLLM, Cohere, Jina, TEI shapes)
+    TGI = "tgi"  # Hugging Face TGI's native /generate, /generate_stream, / (no model named)
+    V2_INFER = "v2_infer"  # the v2 inference protocol: /v2/models/M[/versions/V]/infer
 
 
 @dataclass(frozen=True, slots=True)
 class Endpoint:
     api: Api
     operation: Operation
+    #: The model (and its version) the path names (the v2 inference protocol's).
+    model: str | None = None
+    version: str | None = None
 
 
 _OPENAI_SUFFIXES: tuple[tuple[str, Endpoint], ...] = (
@@ -138,6 +168,9 @@ _OTHER_PATHS: dict[str, Endpoint] = {
     "/v2/rerank": Endpoint(Api.RERANK, Operation.RERANK),
     "/score": Endpoint(Api.RERANK, Operation.SCORE),
 }
+#: Hugging Face TGI's native routes ("/" is its compatibility route: stream or not by the body).
+_TGI = Endpoint(Api.TGI, Operation.TEXT_COMPLETION)
+_TGI_PATHS: dict[str, Endpoint] = {"/": _TGI, "/generate": _TGI, "/generate_stream": _TGI}
 _OLLAMA_PATHS: dict[str, Endpoint] = {
     "/api/chat": Endpoint(Api.OLLAMA, Operation.CHAT),
     "/api/generate": Endpoint(Api.OLLAMA, Operation.TEXT_COMPLETION),
@@ -150,9 +183,12 @@ def match_endpoint(method: str, target: str) -> Endpoint | None:
     """The LLM endpoint a request-target names, or None. Cheap: string tests only."""
     if method != "POST" or not target:
         return None
+    if target == "/":
+        return _TGI  # TGI's compatibility route (the body tells: LlmCall.finish)
     if (
         "/v1/" not in target and "/api/" not in target and "/openai/" not in target
-        and "/rerank" not in target and "/score" not in target
+        and "/rerank" not in target and "/score" not in target and "/generate" not in target
+        and target[:2] != "/?" and "/v2/models/" not in target
     ):
         return None  # every endpoint's path has one of these: most POSTs (gRPC's) end here
     if target[0] != "/":
@@ -170,12 +206,33 @@ def match_endpoint(method: str, target: str) -> Endpoint | None:
     endpoint = _OTHER_PATHS.get(path)
     if endpoint is not None:
         return endpoint
+    endpoint = _TGI_PATHS.get(path or "/")
+    if endpoint is not None:
+        return endpoint
+    if path.startswith("/v2/models/") and path.endswith("/infer"):
+        return _v2_endpoint(path)
     if "/v1/" not in path and not path.startswith("/openai/"):
         return None
     for suffix, endpoint in _OPENAI_SUFFIXES:
         if path.endswith(suffix):
             return endpoint
     return None
+
+
+def _v2_endpoint(path: str) -> Endpoint | None:
+    """``/v2/models/{name}[/versions/{version}]/infer`` -> its endpoint (name percent-decoded)."""
+    parts = path[len("/v2/models/") : -len("/infer")].split("/")
+    if len(parts) == 1 and parts[0]:
+        name, version = parts[0], None
+    elif len(parts) == 3 and parts[0] and parts[1] == "versions" and parts[2]:
+        name, version = parts[0], parts[2]
+    else:
+        return None
+    if "%" in name:
+        from urllib.parse import unquote
+
+        name = unquote(name)
+    return Endpoint(Api.V2_INFER, Operation.INFER, name, version)
 
 
 @dataclass(slots=True)
@@ -201,6 +258,11 @@ class LlmFacts:
     documents: int | None = None
     top_n: int | None = None
     results: int | None = None
+    #: v2 inference: the model version (the path's, else the response's), input tensors
+    #: sent, output tensors returned.
+    model_version: str | None = None
+    inputs: int | None = None
+    outputs: int | None = None
     #: The response was streamed (SSE or NDJSON), whatever the request asked.
     streamed: bool = False
     #: Times (the syscall's) of the first and last output chunks, and their count.
@@ -228,7 +290,8 @@ class LlmCall:
         "endpoint", "capture_content", "request_limit", "response_limit", "content_limit", "errors",
         "_req_head", "_req_tail", "_req_size", "_request", "_mode", "_sse", "_lines",
         "_resp_head", "_resp_tail", "_resp_size", "_facts", "_finish", "_output", "_budget", "_ended",
-        "_req_gap", "_resp_gap", "_parsed_first", "_uncached_input",
+        "_req_gap", "_resp_gap", "_parsed_first", "_uncached_input", "_shaped",
+        "_req_json_len", "_resp_json_len",
     )  # fmt: skip
 
     def __init__(
@@ -265,6 +328,9 @@ class LlmCall:
         self._resp_gap = False  # response body bytes were lost (the facts say so: gaps)
         self._parsed_first = False  # the first streamed chunk was decoded (ids, model)
         self._uncached_input: int | None = None  # Anthropic's input_tokens (cache tokens apart)
+        self._shaped = False  # the response had the API's shape (TGI: it names no model)
+        self._req_json_len = -1  # v2 binary extension: the JSON head's length (-1: not told)
+        self._resp_json_len = -1
 
     # -- feeding ---------------------------------------------------------------
 
@@ -334,6 +400,15 @@ class LlmCall:
         elif self._lines is not None:
             self._lines.gap()
 
+    def json_head_length(self, response: bool, value: str | None) -> None:
+        """The v2 binary extension's ``Inference-Header-Content-Length`` of the request or
+        the response: only that many bytes of its body are JSON."""
+        if value is not None and value.strip().isdigit():
+            if response:
+                self._resp_json_len = int(value.strip())
+            else:
+                self._req_json_len = int(value.strip())
+
     def finish(self) -> LlmFacts | None:
         """The facts, once the exchange is over; None if the request was not a JSON object."""
         try:
@@ -355,6 +430,8 @@ class LlmCall:
         first = head.lstrip()[:1]
         if first != b"{":
             return {}  # not a JSON object: not an LLM call
+        if self.endpoint.api is Api.V2_INFER:  # the JSON head only (tensors may follow)
+            return _json_head(head, self._req_json_len) or {"\0truncated": True}  # the model is the path's
         if self._req_size <= self.request_limit and not self._req_gap:
             parsed = _loads(bytes(head))
             if parsed is not None:
@@ -363,7 +440,7 @@ class LlmCall:
         text_head = head.decode("utf-8", "replace")
         text_tail = self._req_tail.decode("utf-8", "replace")
         out: dict = {}
-        for key in ("model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens", "temperature", "top_p", "options", "top_n"):
+        for key in ("model", "stream", "max_tokens", "max_completion_tokens", "max_output_tokens", "temperature", "top_p", "options", "top_n", "parameters"):
             value = _scan(text_head, key, last=False)
             if value is None:
                 value = _scan(text_tail, key, last=True)
@@ -405,8 +482,10 @@ class LlmCall:
             return stream
         if self.endpoint.api is Api.OLLAMA and self.endpoint.operation is not Operation.EMBEDDINGS:
             return True  # Ollama streams unless told not to
-        if self.endpoint.operation is Operation.EMBEDDINGS or self.endpoint.api is Api.RERANK:
+        if self.endpoint.operation is Operation.EMBEDDINGS or self.endpoint.api in (Api.RERANK, Api.V2_INFER):
             return None
+        if self.endpoint.api is Api.TGI:
+            return self._mode == _SSE  # /generate_stream: the route asks for the stream
         return False
 
     def _chunk(self, ts_ns: int) -> None:
@@ -423,6 +502,10 @@ class LlmCall:
                     self._chunk(ts_ns)
                     return
                 self._anthropic_event(ts_ns, self._scan_object(event.data, event.tail))
+                return
+            if self.endpoint.api is Api.TGI:
+                self._chunk(ts_ns)  # a huge token event: output; its end holds the details
+                self._tgi_object(self._scan_object(event.data, event.tail), streamed=True)
                 return
             if self.endpoint.api is Api.OPENAI_RESPONSES:
                 if event.event.endswith(".delta") or event.data.find(b'.delta"', 0, 200) >= 0:
@@ -449,6 +532,12 @@ class LlmCall:
                 if _responses_delta(event.event, data):
                     self._chunk(ts_ns)
                     return
+            elif api is Api.TGI:
+                output = _tgi_plain_event(data)
+                if output >= 0:
+                    if output:
+                        self._chunk(ts_ns)
+                    return
             else:
                 output = _openai_plain_chunk(data)
                 if output >= 0:
@@ -466,6 +555,9 @@ class LlmCall:
             self._anthropic_event(ts_ns, obj)
         elif self.endpoint.api is Api.OPENAI_RESPONSES:
             self._responses_event(ts_ns, obj)
+        elif self.endpoint.api is Api.TGI:
+            if self._tgi_object(obj, streamed=True):
+                self._chunk(ts_ns)
         else:
             if self._openai_object(obj, streamed=True):
                 self._chunk(ts_ns)
@@ -634,6 +726,60 @@ class LlmCall:
         elif kind is None and ("usage" in obj or "stop_reason" in obj or "id" in obj):
             self._anthropic_message(obj, streamed=True)  # an oversized event read from its ends
 
+    # -- the v2 inference protocol --------------------------------------------------
+
+    def _v2_response(self, obj: dict) -> None:
+        facts = self._facts
+        name = obj.get("model_name")
+        if isinstance(name, str) and name:
+            facts.response_model = name
+        version = obj.get("model_version")
+        if isinstance(version, str) and version and self.endpoint.version is None:
+            facts.model_version = version
+        value = obj.get("id")
+        if isinstance(value, str) and value:
+            facts.response_id = value
+        outputs = obj.get("outputs")
+        if isinstance(outputs, list):
+            facts.outputs = len(outputs)
+
+    # -- Hugging Face TGI ----------------------------------------------------------
+
+    def _tgi_object(self, obj: dict, streamed: bool) -> bool:
+        """A TGI response (``/generate``'s object, ``/``'s list item) or stream event;
+        True if it carries output (a token event whose token is not special)."""
+        output = False
+        token = obj.get("token")
+        if isinstance(token, dict):
+            self._shaped = True
+            if not token.get("special"):
+                output = True
+                if isinstance(token.get("text"), str):
+                    self._capture_output(token["text"])
+        text = obj.get("generated_text")
+        if isinstance(text, str):
+            self._shaped = True
+            if not streamed:
+                self._capture_output(text)
+        if isinstance(obj.get("error_type"), str) or (isinstance(obj.get("error"), str) and self._shaped):
+            self._shaped = True
+        details = obj.get("details")
+        if isinstance(details, dict):
+            facts = self._facts
+            reason = details.get("finish_reason")
+            if isinstance(reason, str) and reason:
+                self._finish[0] = reason
+            tokens = _int(details.get("generated_tokens"))
+            if tokens is not None:
+                facts.output_tokens = tokens
+            tokens = _int(details.get("input_length"))  # stream details (TGI 2)
+            prefill = details.get("prefill")
+            if tokens is None and isinstance(prefill, list) and prefill:  # decoder_input_details
+                tokens = len(prefill)
+            if tokens is not None:
+                facts.input_tokens = tokens
+        return output
+
     # -- rerank / score ------------------------------------------------------------
 
     def _rerank_object(self, obj: dict) -> None:
@@ -693,14 +839,22 @@ class LlmCall:
 
     def _json_response(self) -> None:
         head = self._resp_head
-        if head.lstrip()[:1] != b"{":
+        first = head.lstrip()[:1]
+        if first != b"{" and (first != b"[" or self.endpoint.api is not Api.TGI):
+            return  # TGI's compatibility route answers a one-element list
+        if self.endpoint.api is Api.V2_INFER:  # the JSON head only (tensors may follow)
+            obj = _json_head(head, self._resp_json_len)
+            if obj is not None:
+                self._v2_response(obj)
             return
         if self._resp_size <= self.response_limit and not self._resp_gap:
-            obj = _loads(bytes(head))
+            obj = _loads(bytes(head)) if first == b"{" else _first_object(bytes(head))
             if obj is None:
                 return
             api = self.endpoint.api
-            if api is Api.OLLAMA:
+            if api is Api.TGI:
+                self._tgi_object(obj, streamed=False)
+            elif api is Api.OLLAMA:
                 self._ollama_object(obj)
             elif api is Api.OPENAI_RESPONSES:
                 self._responses_object(obj, streamed=False)
@@ -721,6 +875,8 @@ class LlmCall:
             self._anthropic_message(obj, streamed=True)
         elif self.endpoint.api is Api.RERANK:
             self._rerank_object(obj)
+        elif self.endpoint.api is Api.TGI:
+            self._tgi_object(obj, streamed=True)  # generated_text is not kept whole
         else:
             self._openai_fields(obj)
 
@@ -744,7 +900,7 @@ class LlmCall:
                 value = _scan(text_tail, key, last=True)
             if value is not None:
                 obj[key] = value
-        for key in ("usage", "prompt_eval_count", "eval_count", "done_reason", "status", "incomplete_details", "stop_reason", "meta"):
+        for key in ("usage", "prompt_eval_count", "eval_count", "done_reason", "status", "incomplete_details", "stop_reason", "meta", "details"):
             value = _scan(text_tail, key, last=True)
             if value is None:
                 value = _scan(text_head, key, last=False)
@@ -779,7 +935,9 @@ class LlmCall:
                 messages.insert(0, ("system", request[key]))
             elif key == "system" and isinstance(request.get(key), list):  # Anthropic's system blocks
                 messages.insert(0, ("system", _text_of(request[key])))
-        for key in ("prompt", "input"):
+        for key in ("prompt", "input", "inputs"):
+            if key == "inputs" and self.endpoint.api is not Api.TGI:
+                continue
             value = request.get(key)
             if value is not None and not isinstance(value, dict):
                 if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
@@ -806,6 +964,8 @@ class LlmCall:
     def _finish_facts(self) -> LlmFacts | None:
         facts = self._facts
         if self._ended:  # finish() once; a second call gets the same answer
+            if self.endpoint.api is Api.TGI:
+                return facts if self._shaped else None
             return facts if facts.request_model is not None or facts.response_model is not None else None
         request = self.request()
         if request is None:
@@ -815,12 +975,22 @@ class LlmCall:
         model = request.get("model")
         if isinstance(model, str) and model:
             facts.request_model = model
-        options = request.get("options") if api is Api.OLLAMA else None
+        options = request.get("options") if api is Api.OLLAMA else request.get("parameters") if api is Api.TGI else None
         params = options if isinstance(options, dict) else request
         facts.temperature = _float(params.get("temperature"))
         facts.top_p = _float(params.get("top_p"))
         if api is Api.RERANK:
             self._rerank_request(request)
+        elif api is Api.V2_INFER:
+            endpoint = self.endpoint
+            if endpoint.model:
+                facts.request_model = endpoint.model
+            if endpoint.version:
+                facts.model_version = endpoint.version
+            inputs = request.get("inputs")
+            facts.inputs = len(inputs) if isinstance(inputs, list) else None
+        elif api is Api.TGI:
+            facts.max_tokens = _int(params.get("max_new_tokens"))
         elif api is Api.OLLAMA:
             facts.max_tokens = _int(params.get("num_predict"))
         elif api is Api.OPENAI_RESPONSES:
@@ -846,8 +1016,11 @@ class LlmCall:
             facts.input_tokens = (
                 self._uncached_input + (facts.cache_read_input_tokens or 0) + (facts.cache_creation_input_tokens or 0)
             )
-        if facts.request_model is None and facts.response_model is None:
-            # Every API here names a model in the request or the response (Azure's
+        if api is Api.TGI:
+            if not self._shaped or not isinstance(request.get("inputs"), (str, list)):
+                return None  # some other application's POST / or /generate
+        elif facts.request_model is None and facts.response_model is None:
+            # Every API here but TGI names a model in the request or the response (Azure's
             # deployments in the response): without one this is some other
             # application's /api/chat or /v1/responses, not an LLM call.
             return None
@@ -973,6 +1146,50 @@ def _anthropic_plain_event(event: str, data: bytes) -> int:
     if event in _ANTHROPIC_SKIP:
         return 0
     return -1
+
+
+def _tgi_plain_event(data: bytes) -> int:
+    """A TGI stream event read from its bytes alone: 1 a token event (output), 0 a special
+    token's event (not output), -1 decode it (the last event carries ``generated_text``
+    and ``details``; an error event; anything else)."""
+    if data[:1] != b"{" or data.find(b'"error') >= 0:
+        return -1
+    if not _absent_or_null(data, b'"generated_text"') or not _absent_or_null(data, b'"details"'):
+        return -1
+    if _value_at(data, b'"token"') < 0 or data.find(b'"token"', data.find(b'"token"') + 7) >= 0:
+        return -1
+    pos = _value_at(data, b'"special"')
+    if pos == -2:
+        return -1
+    if pos >= 0 and data.startswith(b"true", pos):
+        return 0
+    return 1
+
+
+def _json_head(data: bytes | bytearray, length: int) -> dict | None:
+    """The JSON object that starts a v2 inference body: its first ``length`` bytes when
+    the header told it, else its first JSON value (raw tensor bytes may follow)."""
+    if 0 <= length <= len(data):
+        return _loads(bytes(data[:length]))
+    if length > len(data):
+        return None  # the head is longer than what was kept: nothing trustworthy
+    text = bytes(data).decode("utf-8", "replace")
+    try:
+        value = _DECODER.raw_decode(text)[0]
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _first_object(data: bytes) -> dict | None:
+    """The first item of a JSON list, when it is an object (TGI's ``POST /`` answer)."""
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(value, list) and value and isinstance(value[0], dict):
+        return value[0]
+    return None
 
 
 def _ollama_plain_line(line: bytes) -> int:
