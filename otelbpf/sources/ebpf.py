@@ -661,31 +661,27 @@ class EbpfSource:
         """Stop copying a connection's payloads from one source (it carries no
         protocol we know): its later I/O costs the kernel a map lookup for that
         source and nothing else. Other sources (e.g. TLS plaintext) go on."""
-        table = self._bpf["conns"]
-        key = table.Key(pid, fd)
-        try:
-            value = table[key]
-        except KeyError:
-            return
-        if value.conn_id == conn_id:
-            value.muted |= 1 << int(source)
-            table[key] = value
+        self._set_conn_bit(pid, fd, conn_id, "muted", 1 << int(source))
 
     def capture_whole(self, pid: int, fd: int, conn_id: int, source: int = Source.SOCKET) -> None:
         """Capture this connection's reads and writes whole from now on (up to
         capture.h's WHOLE_CAPTURE_BYTES per call, in several records) instead of
         their first --capture-bytes: its bodies are read (an LLM call's stream).
         Socket capture only (TLS plaintext keeps its prefix)."""
-        if source != Source.SOCKET:
-            return
+        if source == Source.SOCKET:
+            self._set_conn_bit(pid, fd, conn_id, "whole", 1 << int(source))
+
+    def _set_conn_bit(self, pid: int, fd: int, conn_id: int, field: str, bit: int) -> None:
+        """Set ``bit`` in a field of the kernel's entry for (pid, fd), if it is still
+        the connection ``conn_id`` (the fd may have been reused since)."""
         table = self._bpf["conns"]
         key = table.Key(pid, fd)
         try:
             value = table[key]
         except KeyError:
             return
-        if value.conn_id == conn_id and not value.whole & (1 << int(source)):
-            value.whole |= 1 << int(source)
+        if value.conn_id == conn_id and not getattr(value, field) & bit:
+            setattr(value, field, getattr(value, field) | bit)
             table[key] = value
 
     # -- steady state ------------------------------------------------------
