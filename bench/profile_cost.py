@@ -93,9 +93,18 @@ def start_service(port: int, work: int) -> subprocess.Popen:
     return proc
 
 
+#: Where profiles go: what the agent does with a sample after building it differs a lot.
+OUTPUTS = {
+    "json": lambda out: ["--profiles-json-file", str(out / "p.json")],  # OTLP encoding + protobuf's JSON printer
+    "pprof": lambda out: ["--pprof-dir", str(out / "pprof")],
+    "flamegraph": lambda out: ["--flamegraph", str(out / "f.html")],
+}
+OUTPUT = "json"
+
+
 def start_agent(pid: int, extra: list[str], out: Path) -> subprocess.Popen:
     args = [sys.executable, "-m", "otelbpf", "run", "--pid", str(pid), "--json-file", str(out / "t.json"),
-            "--profiles-json-file", str(out / "p.json"), *extra]  # fmt: skip
+            *OUTPUTS[OUTPUT](out), *extra]  # fmt: skip
     agent = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     for line in agent.stderr:
         if line.startswith("otelbpf: tracing,"):
@@ -184,11 +193,14 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=8.0, help="seconds of load per run (default 8)")
     p.add_argument("--work", type=int, default=40000, help="loop iterations per request (~1 ms on this VM)")
     p.add_argument("--with-none", action="store_true", help="also run without any agent")
+    p.add_argument("--output", choices=sorted(OUTPUTS), default="json", help="where profiles go (default json: OTLP JSON lines)")
     p.add_argument("--json", metavar="PATH", help="write every run's figures here")
     args = p.parse_args()
     if os.geteuid() != 0 or not shutil.which("wrk"):
         print("profile_cost: run as root, with wrk installed (scripts/install.sh)", file=sys.stderr)
         return 2
+    global OUTPUT
+    OUTPUT = args.output
     modes = (["none"] if args.with_none else []) + list(MODES)
     rounds = []
     previous = set_stats(True)

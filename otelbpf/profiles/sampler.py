@@ -129,6 +129,8 @@ class ProfileSampler:
         self.config = config
         self.decoder = ProfileRecordDecoder(clock_offset_ns)
         self._raw: list[bytes] = []
+        #: reads the profile ring through its mapping (otelbpf.sources.ringbuf); None: BCC's callback
+        self._reader = None
         #: pid -> the CPython process description (runtime.PythonProcess), None when not Python / unknown
         self._python: dict[int, object] = {}
         #: pid -> tids whose thread state is in py_tstates
@@ -160,7 +162,14 @@ class ProfileSampler:
                 f"cannot attach the CPU-clock perf event for profiles ({exc}): the kernel needs "
                 "CONFIG_PERF_EVENTS and, outside root, CAP_PERFMON; run `otelbpf doctor`, or --no-profiles"
             ) from exc
-        self._bpf["profile_events"].open_ring_buffer(self._on_record)
+        self._reader = None
+        try:  # the mapped ring: no Python call per record (BCC's callback is the fallback)
+            from otelbpf.sources.ringbuf import RingBufReader
+
+            self._reader = RingBufReader(self.ring_fd)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("profiles: cannot map the profile ring (%s): using BCC's per-record callback", exc)
+            self._bpf["profile_events"].open_ring_buffer(self._on_record)
 
     @property
     def ring_fd(self) -> int:
@@ -175,9 +184,12 @@ class ProfileSampler:
     def drain(self, consume: bool = True) -> list:
         """The records the kernel submitted since the last call, as events.
         ``consume=False`` when the caller already ran BCC's ring consumer."""
-        if consume:
-            self._bpf.ring_buffer_consume()
-        raw, self._raw = self._raw, []
+        if self._reader is not None:
+            raw = self._reader.drain()
+        else:
+            if consume:
+                self._bpf.ring_buffer_consume()
+            raw, self._raw = self._raw, []
         out = []
         decode = self.decoder.decode
         kernel_stacks: dict[int, tuple[int, ...]] = {}
@@ -324,6 +336,12 @@ class ProfileSampler:
         table = self._bpf["py_tstates"]
         for tid in self._tids.pop(pid, ()):
             table.pop(ctypes.c_uint32(tid), None)
+
+    def close(self) -> None:
+        """Unmap the profile ring (before the BPF object goes)."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     def kernel_symbol(self, address: int) -> str:
         return self._bpf.ksym(address).decode("utf-8", "replace")

@@ -809,6 +809,8 @@ class EbpfSource:
         if self._reader is not None:
             self._reader.close()
             self._reader = None
+        if self.profiles is not None:
+            self.profiles.close()
         if self._sleeper is not None:
             self._sleeper.close()
             self._sleeper = None
