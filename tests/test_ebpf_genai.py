@@ -96,11 +96,15 @@ class OpenAiRun(NamedTuple):
     client_pid: int
 
 
-def run_openai_client(agent, tmp_path, server, script_text: str, *script_args: str) -> OpenAiRun:
+def run_openai_client(
+    agent, tmp_path, server, script_text: str, *script_args: str,
+    capture: tuple[str, ...] = ("--capture-bytes", "8192"), after_attach=None, timeout: float = 120,
+) -> OpenAiRun:  # fmt: skip
     """Start ``script_text`` (a CLIENT_SCRIPT variant) against ``server``, attach the agent to
-    both, let the client make its calls, stop the agent. 8 KiB per syscall: a read that gathers several 1 KiB
-    events of the 300 KB stream (5 ms apart) is still copied whole unless the SDK falls
-    35 ms behind."""
+    both, let the client make its calls, stop the agent. 8 KiB per syscall by default
+    (``capture``): a read that gathers several 1 KiB events of the 300 KB stream (5 ms apart)
+    is still copied whole unless the SDK falls 35 ms behind. ``after_attach`` runs once the
+    agent is attached, before the client starts its calls."""
     script = tmp_path / "openai_client.py"
     script.write_text(script_text)
     client = subprocess.Popen(
@@ -111,12 +115,14 @@ def run_openai_client(agent, tmp_path, server, script_text: str, *script_args: s
     try:
         assert client.stdout.readline().strip() == "ready", client.stderr.read()
         run = agent(
-            ["--pid", str(server.pid), "--pid", str(client.pid), "--capture-bytes", "8192",
+            ["--pid", str(server.pid), "--pid", str(client.pid), *capture,
              "--json-file", str(out), "--metrics-json-file", str(metrics_out)]
         )  # fmt: skip
+        if after_attach is not None:
+            after_attach()
         client.stdin.write("go\n")
         client.stdin.flush()
-        stdout, stderr = client.communicate(timeout=120)
+        stdout, stderr = client.communicate(timeout=timeout)
     finally:
         if client.poll() is None:
             client.kill()

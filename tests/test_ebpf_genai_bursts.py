@@ -16,13 +16,13 @@ usage chunk, written after it, is still read; the server span says so
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import textwrap
 
 import pytest
 from conftest import EXAMPLES
+from test_ebpf_genai import run_openai_client
 from test_ebpf_http import spans_in_file
 
 pytestmark = pytest.mark.ebpf
@@ -76,24 +76,10 @@ def cpu_hogs():
 def test_bursty_streams_keep_their_usage_and_a_gap_is_marked(services, agent, tmp_path, cpu_hogs):
     server = services([str(EXAMPLES / "openai_mock_server.py"), "--port", "0", "--first-token-delay-ms", "200",
                        "--token-delay-ms", "5"])  # fmt: skip
-    script = tmp_path / "client.py"
-    script.write_text(CLIENT_SCRIPT)
-    client = subprocess.Popen([sys.executable, str(script), str(server.port), str(RUNS)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    out = tmp_path / "spans.json"
-    try:
-        assert client.stdout.readline().strip() == "ready", client.stderr.read()
-        run = agent(["--pid", str(server.pid), "--pid", str(client.pid), "--json-file", str(out)])
-        cpu_hogs()
-        client.stdin.write("go\n")
-        client.stdin.flush()
-        stdout, stderr = client.communicate(timeout=300)
-    finally:
-        if client.poll() is None:
-            client.kill()
-    assert client.returncode == 0, stderr
-    sent = json.loads(stdout.strip().splitlines()[-1])
-    assert run.stop() == 0, run.output
+    # the default capture size: the bursts are what must be captured whole
+    out, _metrics, sent, run, _client_pid = run_openai_client(
+        agent, tmp_path, server, CLIENT_SCRIPT, str(RUNS), capture=(), after_attach=cpu_hogs, timeout=300
+    )
     stats = run.stats()
 
     spans = [s for s in spans_in_file(out) if "gen_ai.operation.name" in s.attributes]
