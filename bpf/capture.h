@@ -115,23 +115,31 @@ struct call_info {
     __u64 launch_ns;
 };
 
-/* ---- whole capture of marked connections (bpf/socket.c emit_whole) ----
- * User space marks a connection whose bodies it needs (conns' `whole`: an
- * exchange on it reports progress, such as an LLM call's stream). Then a
- * read or write of one flat buffer larger than CAPTURE_BYTES is copied whole,
- * up to WHOLE_CAPTURE_BYTES per call, as several EV_DATA records of the same
- * ts_ns, in order, each flagged DF_PIECE: the usual first record (the first
- * CAPTURE_BYTES), then pieces of at most WHOLE_PIECE_BYTES. Each piece's
- * total_len is the bytes it stands for: its captured_len, except the last
- * one's, which also counts what the bound still cut off (so user space sees
- * the usual `missing` there, and the pieces' total_len add up to the call's).
- * A call whose records would not fit in the ring now is captured as a prefix
- * (unflagged). Other connections keep the prefix capture. */
+/* ---- whole capture of marked connections (bpf/common.h emit_whole) ----
+ * User space marks a connection whose bodies it needs (conns' `whole`, per
+ * source: an exchange on it reports progress, such as an LLM call's stream),
+ * and the server endpoint it talks to (socket.c whole_endpoints: the next
+ * connections to or from it are marked from their first byte). Then a read or
+ * write larger than CAPTURE_BYTES is copied whole, up to WHOLE_CAPTURE_BYTES
+ * per call, as several EV_DATA records of the same ts_ns, in order, each
+ * flagged DF_PIECE: the usual first record (the first CAPTURE_BYTES), then
+ * pieces. That holds for socket reads and writes of one flat buffer (pieces of
+ * at most WHOLE_PIECE_BYTES), gathered ones (readv, writev, recvmsg, sendmsg:
+ * pieces of at most WHOLE_GATHER_PIECE_BYTES, spanning iovecs as the bytes do,
+ * up to MAX_IOV iovecs) and TLS plaintext (SSL_read/SSL_write[_ex], source
+ * SOURCE_TLS, flat). Each piece's total_len is the bytes it stands for: its
+ * captured_len, except the last one's, which also counts what the bound still
+ * cut off (so user space sees the usual `missing` there, and the pieces'
+ * total_len add up to the call's); past MAX_IOV iovecs that last piece is
+ * also flagged DF_IOV_TRUNCATED. A call whose records would not fit in the
+ * ring now is captured as a prefix (unflagged). Other connections keep the
+ * prefix capture. */
 #define DF_PIECE 8
 #ifndef WHOLE_CAPTURE_BYTES
 #define WHOLE_CAPTURE_BYTES (256 * 1024)
 #endif
 #define WHOLE_PIECE_BYTES 16384
+#define WHOLE_GATHER_PIECE_BYTES 12288
 
 /* ---- profiles (bpf/profile.c) ---- */
 

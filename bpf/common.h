@@ -327,4 +327,128 @@ static __always_inline int submit_stat(void *rec, __u64 size)
     return 0;
 }
 
+/* ---- whole capture of marked connections (capture.h, DF_PIECE) ----
+ * Shared by the socket capture (bpf/socket.c: flat buffers; gathered calls
+ * take emit_whole_gathered there) and the TLS plaintext (bpf/tls.c). */
+
+/* Pieces after the first record: enough for WHOLE_CAPTURE_BYTES in all. */
+#define WHOLE_PIECES ((WHOLE_CAPTURE_BYTES - CAPTURE_BYTES + WHOLE_PIECE_BYTES - 1) / WHOLE_PIECE_BYTES)
+
+struct data_piece {
+    struct event_hdr hdr;
+    __u8 data[WHOLE_PIECE_BYTES];
+};
+/* A last piece that fits in this is reserved at this size instead (ring space:
+ * a read just over CAPTURE_BYTES should not take a whole WHOLE_PIECE_BYTES). */
+#define WHOLE_SMALL_PIECE_BYTES 4096
+struct data_piece_small {
+    struct event_hdr hdr;
+    __u8 data[WHOLE_SMALL_PIECE_BYTES];
+};
+
+/* Ring bytes the records of a call captured whole up to `end` take at most:
+ * the first record, then pieces of up to `piece` bytes. */
+static __always_inline __u64 whole_ring_bytes(__u64 end, __u64 piece)
+{
+    __u64 pieces = (end - CAPTURE_BYTES + piece - 1) / piece;
+    return RING_RECORD_BYTES(sizeof(struct event_hdr) + CAPTURE_BYTES) +
+           pieces * RING_RECORD_BYTES(sizeof(struct event_hdr) + piece);
+}
+
+/* Where a call of `total` bytes on a connection marked for whole capture
+ * stops being copied (<= WHOLE_CAPTURE_BYTES), or 0 when it is captured as
+ * the usual prefix: it fits in CAPTURE_BYTES, or the ring has no room for all
+ * its records now (they are not started then: what the ring refuses must not
+ * be a hole in the middle of a call). Unmarked calls never get here. */
+static __always_inline __u64 whole_end(__u64 total, __u64 piece)
+{
+    if (total <= CAPTURE_BYTES)
+        return 0;
+    __u64 end = total < WHOLE_CAPTURE_BYTES ? total : WHOLE_CAPTURE_BYTES;
+    if (ring_unconsumed_bytes() + whole_ring_bytes(end, piece) > RING_BYTES)
+        return 0;
+    return end;
+}
+
+/* A call being captured whole: its bounds and progress. Kept in a per-CPU map,
+ * not in registers, for the reason socket.c's gather_iov keeps its state there:
+ * the verifier does not track a map value's contents, so every iteration of a
+ * loop starts from the same state and the paths into it merge, instead of each
+ * caller's path walking every iteration with its own exact ranges (in registers
+ * the socket programs exceeded the verifier's 1M instructions). One slot per
+ * source (enum data_source): a TLS return probe and a socket tracepoint never
+ * share one. The gathered fields are emit_whole_gathered's (socket.c). */
+struct whole_call {
+    __u64 buf;    /* flat: the buffer; gathered: the current iovec's next byte */
+    __u64 total;  /* bytes the call moved */
+    __u64 end;    /* where the copy stops (whole_end) */
+    __u64 offset; /* the call's next byte to copy */
+    __u64 wakeup;
+    __u64 left;   /* gathered: bytes left in the current iovec */
+    __u32 index;  /* gathered: the next iovec to load */
+    __u32 fill;   /* gathered: bytes in the piece being built */
+    struct event_hdr hdr;
+};
+BPF_PERCPU_ARRAY(whole_calls, struct whole_call, 2);
+
+/* Start capturing a call whole: its state in the caller's slot, with the
+ * header its pieces copy (the first record's `hdr`, flagged DF_PIECE). */
+static __always_inline struct whole_call *whole_start(struct event_hdr *hdr, __u64 total, __u64 end, int slot)
+{
+    volatile struct whole_call *w = whole_calls.lookup(&slot);
+    if (!w)
+        return 0;
+    w->total = total;
+    w->end = end;
+    w->offset = CAPTURE_BYTES;
+    w->wakeup = ring_wakeup_flags();
+    __builtin_memcpy((void *)&w->hdr, hdr, sizeof(struct event_hdr));
+    w->hdr.flags |= DF_PIECE;
+    return (struct whole_call *)w;
+}
+
+/* The bytes of a flat buffer past the first record's CAPTURE_BYTES, up to
+ * `end` (whole_end), as pieces reserved in the ring and read from user memory
+ * in place (no scratch copy). `hdr`: the first record's header; each piece's
+ * total_len is its captured_len but the last's, which is the rest of the call.
+ * A piece the ring refuses (another CPU filled it since whole_end looked) ends
+ * the call: counted lost (STAT_LOST), like any refused record. `slot`: the
+ * caller's source. bench/verifier_cost.py measures its cost. */
+static __always_inline void emit_whole(struct event_hdr *hdr, __u64 buf, __u64 total, __u64 end, int slot)
+{
+    volatile struct whole_call *w = whole_start(hdr, total, end, slot);
+    if (!w)
+        return;
+    w->buf = buf;
+    for (int i = 0; i < WHOLE_PIECES; i++) {
+        __u64 offset = w->offset;
+        __u64 stop = w->end;
+        if (offset >= stop)
+            break;
+        __u64 take = stop - offset;
+        BOUND_FOR_VERIFIER(take, WHOLE_PIECE_BYTES);
+        struct data_piece *piece;
+        if (take <= WHOLE_SMALL_PIECE_BYTES)
+            piece = events.ringbuf_reserve(sizeof(struct data_piece_small));
+        else
+            piece = events.ringbuf_reserve(sizeof(struct data_piece));
+        if (!piece) {
+            count_stat(STAT_LOST);
+            break;
+        }
+        __builtin_memcpy(&piece->hdr, (void *)&w->hdr, sizeof(struct event_hdr));
+        if (take <= WHOLE_SMALL_PIECE_BYTES) {
+            __u64 small = take;
+            BOUND_FOR_VERIFIER(small, WHOLE_SMALL_PIECE_BYTES);
+            if (bpf_probe_read_user(piece->data, small, (void *)(w->buf + offset)) != 0)
+                take = 0;
+        } else if (bpf_probe_read_user(piece->data, take, (void *)(w->buf + offset)) != 0)
+            take = 0; /* unreadable (cannot happen after the call read it): counted missing */
+        piece->hdr.captured_len = take;
+        piece->hdr.total_len = offset + WHOLE_PIECE_BYTES >= stop ? w->total - offset : take;
+        events.ringbuf_submit(piece, w->wakeup);
+        w->offset = offset + WHOLE_PIECE_BYTES;
+    }
+}
+
 #endif

@@ -315,10 +315,49 @@ static __always_inline void emit_conn_info(__u64 id, struct sock_io *io, __u64 c
     events.ringbuf_submit(rec, ring_wakeup_flags());
 }
 
+/* Server endpoints whose connections are captured whole from their first
+ * byte: user space adds one when it marks a connection for whole capture (its
+ * bodies are read: an LLM call), so the next connections to or from that
+ * endpoint are marked before they carry anything, whatever user space's delay
+ * (a client reading its first burst before the agent has seen the request).
+ * The server's side of a TCP connection: an accepted socket's local address,
+ * a connected socket's peer. Value: the sources' bits, as conn_val.whole. */
+struct endpoint_key {
+    __u16 family;
+    __u16 port;
+    __u32 pad;
+    __u8 addr[16];
+};
+BPF_TABLE("lru_hash", struct endpoint_key, __u8, whole_endpoints, 4096);
+
+/* The whole-capture bits a new connection on socket sk inherits from its
+ * server endpoint (0 for one without a tuple: a Unix socket, one older than
+ * the agent). */
+static __always_inline __u8 endpoint_whole(__u64 sk)
+{
+    struct tuple *t = sk_tuples.lookup(&sk);
+    if (!t)
+        return 0;
+    struct endpoint_key key = {};
+    key.family = t->family;
+    if (t->role == ROLE_ACCEPTED) {
+        key.port = t->local_port;
+        __builtin_memcpy(key.addr, t->local_addr, 16);
+    } else if (t->role == ROLE_CONNECTED) {
+        key.port = t->peer_port;
+        __builtin_memcpy(key.addr, t->peer_addr, 16);
+    } else {
+        return 0;
+    }
+    __u8 *bits = whole_endpoints.lookup(&key);
+    return bits ? *bits : 0;
+}
+
 /* The connection id for (tgid, fd), announcing the connection the first
  * time it carries data; 0 when user space muted it for socket capture.
- * `known`: conns' entry for (tgid, fd), looked up by the caller (or 0). */
-static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, struct conn_val *known)
+ * `known`: conns' entry for (tgid, fd), looked up by the caller (or 0).
+ * *whole: the connection's whole-capture bits (conn_val.whole). */
+static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, struct conn_val *known, __u8 *whole)
 {
     struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
     __u8 role = ROLE_UNKNOWN;
@@ -340,6 +379,7 @@ static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, stru
                 emit_conn_info(id, io, known->conn_id, known->role, EV_CONN_PEER);
             }
             tls_saw_socket_io(id, io, known->conn_id);
+            *whole = known->whole;
             return (known->muted & (1 << SOURCE_SOCKET)) ? 0 : known->conn_id;
         }
         if (known->conn_id && !known->closed_ts) /* fd reused for another socket: the old one is over */
@@ -358,6 +398,9 @@ static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, stru
     fresh.role = role;
     fresh.family = io->family;
     fresh.protocol = io->protocol;
+    if (io->protocol == MY_IPPROTO_TCP)
+        fresh.whole = endpoint_whole(io->sk);
+    *whole = fresh.whole;
     conns.update(&key, &fresh);
     if (io->protocol == MY_IPPROTO_TCP)
         sk_owner.update(&io->sk, &key);
@@ -369,7 +412,8 @@ static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, stru
 static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
 {
     struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
-    return connection_known(id, io, conns.lookup(&key));
+    __u8 whole = 0;
+    return connection_known(id, io, conns.lookup(&key), &whole);
 }
 
 /* ---- copying payloads ---- */
@@ -397,7 +441,10 @@ struct gather {
     __u32 captured;
     __u32 consumed;
     __u32 batched; /* how many of first[] were read */
-    __u32 unused;
+    /* Where the copy stopped at CAPTURE_BYTES: the iovec, and the bytes of it
+     * taken (emit_whole_gathered goes on from there). */
+    __u32 at_index;
+    __u64 at_offset;
     struct iovec_user first[IOV_BATCH];
 };
 BPF_PERCPU_ARRAY(gathers, struct gather, 1);
@@ -444,6 +491,8 @@ static __always_inline __u64 gather_iov(__u8 *data, __u64 iov_ptr, __u32 iovcnt,
         bpf_probe_read_user(&data[offset], take, (void *)iov.base);
         g->captured = captured + take;
         g->consumed = consumed + part;
+        g->at_index = i;
+        g->at_offset = take;
     }
     __u32 captured = g->captured;
     if (g->consumed < g->total && captured < CAPTURE_BYTES)
@@ -497,114 +546,146 @@ static __always_inline void fill_hdr(struct event_hdr *hdr, __u64 id, struct soc
     hdr->task_id = current_task_id(io->uses, (__u32)id);
 }
 
-/* ---- whole capture of marked connections (capture.h, DF_PIECE) ---- */
+/* ---- whole capture of marked connections (capture.h, DF_PIECE; common.h) ---- */
 
-/* Pieces after the first record: enough for WHOLE_CAPTURE_BYTES in all. */
-#define WHOLE_PIECES ((WHOLE_CAPTURE_BYTES - CAPTURE_BYTES + WHOLE_PIECE_BYTES - 1) / WHOLE_PIECE_BYTES)
-
-struct data_piece {
+/* A gathered call's pieces are built in this per-CPU scratch, then copied to
+ * the ring (a piece spans iovecs: it is not read in place like a flat
+ * buffer's). Twice the piece size: the verifier's bound for a copy of up to a
+ * piece at an offset inside one (and a per-CPU value is at most 32 KiB). */
+struct gather_piece {
     struct event_hdr hdr;
-    __u8 data[WHOLE_PIECE_BYTES];
+    __u8 data[2 * WHOLE_GATHER_PIECE_BYTES];
 };
-/* A last piece that fits in this is reserved at this size instead (ring space:
- * a read just over CAPTURE_BYTES should not take a whole WHOLE_PIECE_BYTES). */
-#define WHOLE_SMALL_PIECE_BYTES 4096
-struct data_piece_small {
-    struct event_hdr hdr;
-    __u8 data[WHOLE_SMALL_PIECE_BYTES];
-};
+BPF_PERCPU_ARRAY(gather_pieces, struct gather_piece, 1);
 
-/* Ring bytes the records of a call captured whole take (first + pieces). */
-static __always_inline __u64 whole_ring_bytes(__u64 end)
+/* Steps of emit_whole_gathered's loop: each one loads an iovec or fills a piece. */
+#define WHOLE_GATHER_STEPS \
+    (MAX_IOV + (WHOLE_CAPTURE_BYTES - CAPTURE_BYTES + WHOLE_GATHER_PIECE_BYTES - 1) / WHOLE_GATHER_PIECE_BYTES + 1)
+
+/* iovec `index` of the gather in `g`: from the batch read before gather_iov's
+ * loop, else from user memory. 0 when unreadable. */
+static __always_inline int gather_iovec(volatile struct gather *g, __u32 index, struct iovec_user *iov)
 {
-    __u64 pieces = (end - CAPTURE_BYTES + WHOLE_PIECE_BYTES - 1) / WHOLE_PIECE_BYTES;
-    return RING_RECORD_BYTES(sizeof(struct event_hdr) + CAPTURE_BYTES) +
-           pieces * RING_RECORD_BYTES(sizeof(struct data_piece));
+    if (index < IOV_BATCH && index < g->batched) {
+        iov->base = g->first[index].base;
+        iov->len = g->first[index].len;
+        return 1;
+    }
+    return bpf_probe_read_user(iov, sizeof(*iov), (void *)(g->iov_ptr + (__u64)index * sizeof(*iov))) == 0;
 }
 
-/* A call being captured whole: its bounds and progress. Kept in a per-CPU map,
- * not in registers, for the reason gather_iov's are (its comment): the verifier
- * does not track a map value's contents, so every iteration of emit_whole's loop
- * starts from the same state and the paths into it merge, instead of each
- * caller's path walking every iteration with its own exact ranges (in registers
- * the socket programs exceeded the verifier's 1M instructions). */
-struct whole_call {
-    __u64 buf;
-    __u64 total;
-    __u64 end;
-    __u64 offset;
-    __u64 wakeup;
-    struct event_hdr hdr;
-};
-BPF_PERCPU_ARRAY(whole_calls, struct whole_call, 1);
+/* Send the piece built in `piece` (its `fill` bytes end at the call's offset
+ * `done`): the last one (done >= end, or `cut`) stands for the rest of the
+ * call. Returns 0 when the ring refused it (counted lost). */
+static __always_inline int gather_piece_out(struct gather_piece *piece, volatile struct whole_call *w, __u64 fill,
+                                            __u64 done, int cut)
+{
+    piece->hdr.captured_len = fill;
+    piece->hdr.total_len = done >= w->end || cut ? w->total - (done - fill) : fill;
+    if (cut == 2)
+        piece->hdr.flags |= DF_IOV_TRUNCATED;
+    BOUND_FOR_VERIFIER(fill, WHOLE_GATHER_PIECE_BYTES);
+    if (events.ringbuf_output(piece, sizeof(struct event_hdr) + fill, w->wakeup) != 0) {
+        count_stat(STAT_LOST);
+        return 0;
+    }
+    return 1;
+}
 
-/* The bytes of a flat buffer past the first record's CAPTURE_BYTES, up to
- * `end` (<= WHOLE_CAPTURE_BYTES), as pieces reserved in the ring and read
- * from user memory in place (no scratch copy). `hdr`: the first record's
- * header (DF_PIECE set); each piece's total_len is its captured_len but the
- * last's, which is the rest of the call. A piece the ring refuses (another
- * CPU filled it since the check) ends the call: counted lost (STAT_LOST),
- * like any refused record. bench/verifier_cost.py measures its cost. */
-static __always_inline void emit_whole(struct event_hdr *hdr, __u64 buf, __u64 total, __u64 end)
+/* The bytes of a gathered call (readv, writev, recvmsg, sendmsg) past the first
+ * record's CAPTURE_BYTES, up to `end` (whole_end), as pieces of up to
+ * WHOLE_GATHER_PIECE_BYTES that span iovecs as the bytes do: gather_iov left
+ * the iovec array and where it stopped in `gathers`. Past MAX_IOV iovecs the
+ * rest is cut: the last piece stands for it, flagged DF_IOV_TRUNCATED. */
+static __always_inline void emit_whole_gathered(struct event_hdr *hdr, __u64 total, __u64 end)
 {
     int zero = 0;
-    volatile struct whole_call *w = whole_calls.lookup(&zero);
+    volatile struct gather *g = gathers.lookup(&zero);
+    struct gather_piece *piece = gather_pieces.lookup(&zero);
+    if (!g || !piece)
+        return;
+    volatile struct whole_call *w = whole_start(hdr, total, end, SOURCE_SOCKET);
     if (!w)
         return;
-    w->buf = buf;
-    w->total = total;
-    w->end = end;
-    w->offset = CAPTURE_BYTES;
-    w->wakeup = ring_wakeup_flags();
-    __builtin_memcpy((void *)&w->hdr, hdr, sizeof(struct event_hdr));
-    for (int i = 0; i < WHOLE_PIECES; i++) {
+    __builtin_memcpy(&piece->hdr, (void *)&w->hdr, sizeof(struct event_hdr));
+    /* the rest of the iovec the prefix stopped in */
+    __u32 at = g->at_index;
+    __u64 skip = g->at_offset;
+    struct iovec_user iov = {};
+    w->index = at + 1;
+    w->fill = 0;
+    w->left = 0;
+    if (gather_iovec(g, at, &iov) && iov.len > skip) {
+        w->buf = iov.base + skip;
+        w->left = iov.len - skip;
+    }
+    int cut = 0; /* 1: unreadable, 2: past MAX_IOV */
+    for (int i = 0; i < WHOLE_GATHER_STEPS; i++) {
         __u64 offset = w->offset;
         __u64 stop = w->end;
         if (offset >= stop)
             break;
+        __u64 left = w->left;
+        __u64 base = w->buf;
+        if (!left) {
+            __u32 index = w->index;
+            if (index >= g->iovcnt || index >= MAX_IOV) {
+                cut = 2;
+                break;
+            }
+            struct iovec_user next = {};
+            if (!gather_iovec(g, index, &next)) {
+                cut = 1;
+                break;
+            }
+            w->index = index + 1;
+            base = next.base;
+            left = next.len;
+            if (!left)
+                continue;
+        }
+        __u64 fill = w->fill;
         __u64 take = stop - offset;
-        BOUND_FOR_VERIFIER(take, WHOLE_PIECE_BYTES);
-        struct data_piece *piece;
-        if (take <= WHOLE_SMALL_PIECE_BYTES)
-            piece = events.ringbuf_reserve(sizeof(struct data_piece_small));
-        else
-            piece = events.ringbuf_reserve(sizeof(struct data_piece));
-        if (!piece) {
-            count_stat(STAT_LOST);
+        if (take > left)
+            take = left;
+        if (take > WHOLE_GATHER_PIECE_BYTES - fill)
+            take = WHOLE_GATHER_PIECE_BYTES - fill;
+        BOUND_FOR_VERIFIER(fill, WHOLE_GATHER_PIECE_BYTES - 1);
+        BOUND_FOR_VERIFIER(take, WHOLE_GATHER_PIECE_BYTES);
+        if (bpf_probe_read_user(&piece->data[fill], take, (void *)base) != 0) {
+            cut = 1; /* cannot happen after the call moved them: counted missing */
             break;
         }
-        __builtin_memcpy(&piece->hdr, (void *)&w->hdr, sizeof(struct event_hdr));
-        if (take <= WHOLE_SMALL_PIECE_BYTES) {
-            __u64 small = take;
-            BOUND_FOR_VERIFIER(small, WHOLE_SMALL_PIECE_BYTES);
-            if (bpf_probe_read_user(piece->data, small, (void *)(w->buf + offset)) != 0)
-                take = 0;
-        } else if (bpf_probe_read_user(piece->data, take, (void *)(w->buf + offset)) != 0)
-            take = 0; /* unreadable (cannot happen after the syscall read it): counted missing */
-        piece->hdr.captured_len = take;
-        piece->hdr.total_len = offset + WHOLE_PIECE_BYTES >= stop ? w->total - offset : take;
-        events.ringbuf_submit(piece, w->wakeup);
-        w->offset = offset + WHOLE_PIECE_BYTES;
+        w->buf = base + take;
+        w->left = left - take;
+        w->offset = offset + take;
+        fill += take;
+        if (fill >= WHOLE_GATHER_PIECE_BYTES || offset + take >= stop) {
+            if (!gather_piece_out(piece, w, fill, offset + take, 0))
+                return;
+            fill = 0;
+        }
+        w->fill = fill;
     }
+    __u64 offset = w->offset;
+    if (offset < w->end || w->fill) /* cut short: a last piece (maybe empty) stands for the rest */
+        gather_piece_out(piece, w, w->fill, offset, cut ? cut : 1);
 }
 
 static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn_val *known)
 {
     if (io->family != MY_AF_UNIX)
         io->peer_sk = 0; /* a TCP receiver woken on loopback is not a pairing */
-    __u64 conn_id = connection_known(id, io, known);
+    __u8 whole = 0;
+    __u64 conn_id = connection_known(id, io, known, &whole);
     if (!conn_id)
         return 0;
     __u64 wanted = io->total < CAPTURE_BYTES ? io->total : CAPTURE_BYTES;
-    /* Marked for whole capture, a flat buffer, more than the prefix: the
-     * rest follows in pieces (emit_whole). Unmarked calls pay one test. */
+    /* Marked for whole capture, more than the prefix: the rest follows in
+     * pieces (emit_whole, emit_whole_gathered). Unmarked calls pay one test. */
     __u64 end = 0;
-    if (io->total > CAPTURE_BYTES && io->kind == IO_BUF && known && known->conn_id == conn_id &&
-        (known->whole & (1 << SOURCE_SOCKET))) {
-        end = io->total < WHOLE_CAPTURE_BYTES ? io->total : WHOLE_CAPTURE_BYTES;
-        if (ring_unconsumed_bytes() + whole_ring_bytes(end) > RING_BYTES)
-            end = 0; /* no room for all of it now: the prefix, as unmarked */
-    }
+    if (io->total > CAPTURE_BYTES && (whole & (1 << SOURCE_SOCKET)) && io->kind <= IO_MSG)
+        end = whole_end(io->total, io->kind == IO_BUF ? WHOLE_PIECE_BYTES : WHOLE_GATHER_PIECE_BYTES);
     if (ring_full_for(sizeof(struct event_hdr) + wanted))
         return 0;
     int zero = 0;
@@ -615,13 +696,19 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
     fill_hdr(&rec->hdr, id, io, conn_id, EV_DATA);
     rec->hdr.flags = io->flags;
     rec->hdr.captured_len = captured;
+    if (captured != CAPTURE_BYTES)
+        end = 0; /* a gather cut short (the iovec bound, an unreadable iovec): the prefix it got */
     if (end) {
         rec->hdr.flags |= DF_PIECE;
         rec->hdr.total_len = captured;
     }
     BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
-    if (submit_stat(rec, sizeof(struct event_hdr) + captured) == 0 && end)
-        emit_whole(&rec->hdr, io->buf, io->total, end);
+    if (submit_stat(rec, sizeof(struct event_hdr) + captured) == 0 && end) {
+        if (io->kind == IO_BUF)
+            emit_whole(&rec->hdr, io->buf, io->total, end, SOURCE_SOCKET);
+        else
+            emit_whole_gathered(&rec->hdr, io->total, end);
+    }
     return 0;
 }
 

@@ -6,9 +6,9 @@
  *
  * At entry the thread's call is remembered (ssl, buffer, length pointer of
  * the _ex forms); at return the bytes actually read or written (ret, or
- * *readbytes / *written) are copied, bounded by CAPTURE_BYTES, as an EV_DATA
- * record with source SOURCE_TLS on the connection the SSL object is
- * attributed to:
+ * *readbytes / *written) are copied, bounded by CAPTURE_BYTES (whole, in
+ * pieces, on a connection marked for it: capture.h), as an EV_DATA record
+ * with source SOURCE_TLS on the connection the SSL object is attributed to:
  *
  *   1. socket-bound SSL (curl, nginx, CPython ssl on a socket): socket I/O on
  *      the same thread *inside* the call (socket.c calls tls_saw_socket_io)
@@ -261,8 +261,13 @@ static __always_inline int tls_return(struct pt_regs *ctx)
     }
     struct conn_key ck = {.tgid = tgid, .fd = fd};
     struct conn_val *known = conns.lookup(&ck);
-    if (!hold && known && known->conn_id == conn_id && (known->muted & (1 << SOURCE_TLS)))
-        return 0;
+    __u64 end = 0; /* marked for whole capture (capture.h): the rest follows in pieces */
+    if (!hold && known && known->conn_id == conn_id) {
+        if (known->muted & (1 << SOURCE_TLS))
+            return 0;
+        if (known->whole & (1 << SOURCE_TLS))
+            end = whole_end(moved, WHOLE_PIECE_BYTES);
+    }
     __u64 captured = moved < CAPTURE_BYTES ? moved : CAPTURE_BYTES;
     if (!hold && ring_full_for(sizeof(struct event_hdr) + captured))
         return 0; /* counted; no copy (common.h) */
@@ -279,9 +284,9 @@ static __always_inline int tls_return(struct pt_regs *ctx)
     rec->hdr.fd = fd;
     rec->hdr.type = EV_DATA;
     rec->hdr.direction = call.direction;
-    rec->hdr.flags = 0;
+    rec->hdr.flags = end ? DF_PIECE : 0;
     rec->hdr.source = SOURCE_TLS;
-    rec->hdr.total_len = moved > 0xFFFFFFFFULL ? 0xFFFFFFFF : (__u32)moved;
+    rec->hdr.total_len = end ? captured : moved > 0xFFFFFFFFULL ? 0xFFFFFFFF : (__u32)moved;
     rec->hdr.captured_len = captured;
     rec->hdr.task_id = thread_task_id(id);
     if (hold) {
@@ -293,7 +298,8 @@ static __always_inline int tls_return(struct pt_regs *ctx)
         tls_write_held.update(&tid, rec);
         return 0;
     }
-    submit_stat(rec, sizeof(struct event_hdr) + captured);
+    if (submit_stat(rec, sizeof(struct event_hdr) + captured) == 0 && end)
+        emit_whole(&rec->hdr, call.buf, moved, end, SOURCE_TLS);
     return 0;
 }
 

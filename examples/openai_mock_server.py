@@ -58,7 +58,10 @@ x token delay before it answers. Each SSE event is one chunk, written with one
 ``write``, unless the server is bursty: ``--burst-events N`` (or the request's extra
 field ``mock_burst_events``) writes the token events N per ``write`` (0: all of them
 in one), one token delay apart, as real engines deliver them; the finish, usage and
-``[DONE]`` events then go together in one last write.
+``[DONE]`` events then go together in one last write. With ``--gather`` (or the extra
+field ``mock_gather``) a burst is one ``sendmsg`` with a buffer per chunk instead, as
+asyncio's ``writelines`` sends them. ``--ssl-certfile`` / ``--ssl-keyfile`` serve HTTPS
+(Python's ssl on the socket: one SSL_write per write).
 
 Prints "listening on PORT" once ready, so callers can wait for it.
 """
@@ -165,6 +168,7 @@ class MockHandler(BaseHTTPRequestHandler):
     first_token_delay_s = 0.0
     token_delay_s = 0.0
     burst_events: int | None = None  # None: one write per event
+    gather = False  # bursts with sendmsg, a buffer per chunk (--gather)
 
     def log_message(self, fmt, *args):
         pass
@@ -208,6 +212,17 @@ class MockHandler(BaseHTTPRequestHandler):
 
     def _end_stream(self) -> None:
         self.wfile.write(b"0\r\n\r\n")
+
+    def _write_burst(self, held: list[bytes], gather: bool) -> None:
+        """A burst's chunks in one write, or with ``gather`` in one sendmsg, a buffer per
+        chunk (as asyncio's writelines sends them on Python 3.12+)."""
+        if not gather:
+            self.wfile.write(b"".join(held))
+            return
+        sent = self.connection.sendmsg(held)
+        rest = b"".join(held)[sent:]
+        if rest:  # a partial send (a signal): the rest plainly
+            self.connection.sendall(rest)
 
     # -- routes --------------------------------------------------------------------
 
@@ -276,6 +291,7 @@ class MockHandler(BaseHTTPRequestHandler):
         burst = self.burst_events
         if isinstance(request.get("mock_burst_events"), int):
             burst = request["mock_burst_events"]
+        gather = bool(request.get("mock_gather", self.gather))
         self._start_stream()
         if chat:  # the role chunk, at once (vLLM does this before the first token)
             self._event(chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}))
@@ -297,7 +313,7 @@ class MockHandler(BaseHTTPRequestHandler):
                     delta = {"content": token} if chat else None
                     self._event(chunk({"index": 0, "delta": delta, "finish_reason": None} if chat
                                       else {"index": 0, "text": token, "finish_reason": None}), held)
-                self.wfile.write(b"".join(held))
+                self._write_burst(held, gather)
         held = [] if burst is not None else None
         last = {"index": 0, "delta": {}, "finish_reason": finish} if chat else {"index": 0, "text": "", "finish_reason": finish}
         self._event(chunk(last), held)
@@ -306,7 +322,7 @@ class MockHandler(BaseHTTPRequestHandler):
             self._event(chunk({}, usage), held)
         self._event("[DONE]", held)
         if held is not None:
-            self.wfile.write(b"".join(held) + b"0\r\n\r\n")
+            self._write_burst(held + [b"0\r\n\r\n"], gather)
             return
         self._end_stream()
 
@@ -415,12 +431,23 @@ def main() -> None:
     parser.add_argument("--token-delay-ms", type=float, default=0.0, help="wait between tokens")
     parser.add_argument("--burst-events", type=int, default=None,
                         help="write token events N per write (0: all in one), as real engines deliver bursts")
+    parser.add_argument("--gather", action="store_true",
+                        help="write each burst with sendmsg, one buffer per chunk (plain HTTP only)")
+    parser.add_argument("--ssl-certfile", help="serve HTTPS with this certificate (PEM; with --ssl-keyfile)")
+    parser.add_argument("--ssl-keyfile", help="the certificate's private key (PEM)")
     args = parser.parse_args()
     MockHandler.burst_events = args.burst_events
+    MockHandler.gather = args.gather
     MockHandler.first_token_delay_s = args.first_token_delay_ms / 1000.0
     MockHandler.token_delay_s = args.token_delay_ms / 1000.0
     server = ThreadingHTTPServer((args.host, args.port), MockHandler)
     server.daemon_threads = True
+    if args.ssl_certfile:  # TLS on the socket (OpenSSL's SSL_write sees each burst whole)
+        import ssl
+
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.ssl_certfile, args.ssl_keyfile)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
     print(f"listening on {server.server_address[1]}", flush=True)
     try:
         server.serve_forever()

@@ -53,7 +53,7 @@ int main(void) {
     C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
     C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_PROFILE_LOST); C(STAT_COUNT);
     C(SOURCE_SOCKET); C(SOURCE_TLS); C(DF_SENDFILE); C(DF_IOV_TRUNCATED); C(DF_MMSG_UNKNOWN);
-    C(DF_PIECE); C(WHOLE_CAPTURE_BYTES); C(WHOLE_PIECE_BYTES);
+    C(DF_PIECE); C(WHOLE_CAPTURE_BYTES); C(WHOLE_PIECE_BYTES); C(WHOLE_GATHER_PIECE_BYTES);
     printf("profile_info %zu\n", sizeof(struct profile_info));
     F(profile_info, stack_addr); F(profile_info, kernel_stack_id); F(profile_info, py_count); F(profile_info, kind);
     F(profile_info, flags); F(profile_info, comm); F(profile_info, regs); F(profile_info, py);
@@ -132,7 +132,7 @@ def test_constants_match_c(c_layout):
         "EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER EV_DATAGRAM EV_PROC_START EV_CALL "
         "STAT_LOST STAT_IO_MAP_FULL STAT_NO_TUPLE STAT_MMSG_UNKNOWN STAT_CALL_DEPTH STAT_TLS_UNATTRIBUTED STAT_PROFILE_LOST STAT_COUNT "
         "SOURCE_SOCKET SOURCE_TLS DF_SENDFILE DF_IOV_TRUNCATED DF_MMSG_UNKNOWN "
-        "DF_PIECE WHOLE_CAPTURE_BYTES WHOLE_PIECE_BYTES"
+        "DF_PIECE WHOLE_CAPTURE_BYTES WHOLE_PIECE_BYTES WHOLE_GATHER_PIECE_BYTES"
     ).split()
     for name in names:
         assert c_layout[name] == (getattr(layout, name),), name
@@ -146,6 +146,8 @@ def test_constants_match_c(c_layout):
         DataFlags.PIECE,
     )
     assert layout.WHOLE_CAPTURE_BYTES >= 256 * 1024  # the documented bound per call (capture.h)
+    # a gathered call's pieces are built in a per-CPU scratch twice their size (socket.c), at most 32 KiB
+    assert 2 * layout.WHOLE_GATHER_PIECE_BYTES + layout.HEADER.size <= 32768
 
 
 def test_profile_constants_match_c(c_layout):

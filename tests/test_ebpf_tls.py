@@ -364,3 +364,69 @@ def test_a_libssl_loaded_after_the_agent_started_is_found_at_the_next_connection
     assert [s.attributes["url.full"] for s in client_spans][-2:] == [f"{base}/v1/models", f"{base}/nope"]
     assert [s.attributes["http.response.status_code"] for s in client_spans][-2:] == [200, 404]
     assert len([s for s in spans_in_file(out) if s.span.kind == SERVER]) == 3
+
+
+BURSTY_TLS_CLIENT = textwrap.dedent(
+    """
+    import json, sys
+    import httpx
+    from openai import OpenAI
+
+    port, ca = int(sys.argv[1]), sys.argv[2]
+    print("ready", flush=True)
+    sys.stdin.readline()
+    client = OpenAI(base_url=f"https://127.0.0.1:{port}/v1", api_key="sk-test", max_retries=0, timeout=60,
+                    http_client=httpx.Client(verify=ca))
+    out = []
+    for extra in json.loads(sys.argv[3]):
+        chunks = list(client.chat.completions.create(
+            model="gpt-mock", messages=[{"role": "user", "content": "tell me a long story please"}], stream=True,
+            max_tokens=extra.pop("max_tokens"), stream_options={"include_usage": True}, extra_body=extra))
+        usage = chunks[-1].usage
+        finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+        out.append({"id": chunks[0].id, "input": usage.prompt_tokens, "output": usage.completion_tokens, "finish": finish[0]})
+    print(json.dumps(out), flush=True)
+    """
+)
+
+
+def test_bursty_llm_streams_over_tls_are_captured_whole_on_both_sides(services, agent, certificate, tmp_path):
+    """The bursty mock over TLS on its socket (Python's ssl: one SSL_write per burst, up to
+    ~200 KB), read by the openai SDK (SSL_read of a record, up to 16 KiB, into a 64 KiB
+    buffer): with the default 4 KiB capture the plaintext of both sides is captured whole
+    (bpf/tls.c), so no span has a gap or lost its usage, and none took it from its peer."""
+    cert, key = certificate
+    server = services(
+        [str(EXAMPLES / "openai_mock_server.py"), "--port", "0", "--first-token-delay-ms", "200", "--token-delay-ms", "5",
+         "--ssl-certfile", str(cert), "--ssl-keyfile", str(key)]
+    )  # fmt: skip
+    calls = [
+        {"max_tokens": 5},  # one event per write: the first LLM call on the connection's endpoint
+        {"max_tokens": 200, "mock_token_bytes": 120, "mock_burst_events": 50},  # ~16 KB per SSL_write
+        {"max_tokens": 200, "mock_token_bytes": 120, "mock_burst_events": 0},  # ~64 KB in one
+        {"max_tokens": 200, "mock_token_bytes": 1000, "mock_burst_events": 0},  # ~220 KB in one (under 256 KiB)
+    ]
+    client = start_script(tmp_path, "bursty_tls_client.py", BURSTY_TLS_CLIENT, str(server.port), str(cert), json.dumps(calls))
+    out = tmp_path / "spans.json"
+    run = agent(["--pid", str(server.pid), "--pid", str(client.pid), "--json-file", str(out)])
+    client.stdin.write("go\n")
+    client.stdin.flush()
+    stdout, stderr = client.communicate(timeout=120)
+    assert client.returncode == 0, stderr
+    sent = json.loads(stdout.strip().splitlines()[-1])
+    assert run.stop() == 0
+    stats = run.stats()
+    spans = [s for s in spans_in_file(out) if "gen_ai.operation.name" in s.attributes]
+    by_side = {(s.span.kind, s.attributes.get("gen_ai.response.id")): s for s in spans}
+    assert len(spans) == 2 * len(calls), [(s.span.kind, s.attributes.get("gen_ai.response.id")) for s in spans]
+    for expected, call in zip(sent, calls):
+        for kind in (CLIENT, SERVER):
+            s = by_side[(kind, expected["id"])]
+            attrs = s.attributes
+            assert attrs.get("url.scheme", "https") == "https" and attrs.get("url.full", "https://").startswith("https://")
+            assert attrs["gen_ai.usage.input_tokens"] == expected["input"], (kind, expected, attrs)
+            assert attrs["gen_ai.usage.output_tokens"] == expected["output"] == call["max_tokens"], (kind, attrs)
+            assert attrs["gen_ai.response.finish_reasons"] == [expected["finish"]], (kind, attrs)
+            assert "otelbpf.genai.usage.source" not in attrs, (kind, attrs)  # its own, not the peer's
+            assert "otelbpf.payload.truncated" not in attrs and "otelbpf.gen_ai.response.gaps" not in attrs, (kind, attrs)
+    assert_ciphertext_never_parsed(spans_in_file(out), stats, 2 * len(calls))

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from otelbpf import procfs
-from otelbpf.events import ConnClose, ConnOpen, DatagramEvent, Event, ProcessStart, Source
+from otelbpf.events import ConnClose, ConnOpen, DatagramEvent, Event, ProcessStart, RoleHint, Source
 from otelbpf.sources.ebpf_layout import (
     STAT_CALL_DEPTH,
     STAT_IO_MAP_FULL,
@@ -98,6 +98,17 @@ SOCK_TRACEPOINTS_ENV = "OTELBPF_SOCK_TRACEPOINTS"
 #: checks each offset); "probe", a bpf_probe_read_kernel call per register,
 #: for a kernel whose verifier refuses those loads (`otelbpf doctor` says).
 REGS_READ_ENV = "OTELBPF_REGS_READ"
+
+
+#: "off" (or 0, no, false): no whole capture of connections whose bodies are read
+#: (CaptureConfig.whole_capture); a comparison for benchmarks, and a way out.
+WHOLE_CAPTURE_ENV = "OTELBPF_WHOLE_CAPTURE"
+
+
+def whole_capture_wanted(config: "CaptureConfig") -> bool:
+    """CaptureConfig.whole_capture, unless OTELBPF_WHOLE_CAPTURE turns it off."""
+    setting = os.environ.get(WHOLE_CAPTURE_ENV, "").strip().lower()
+    return config.whole_capture and setting not in ("off", "0", "no", "false")
 
 
 def regs_read_choice() -> str | None:
@@ -206,6 +217,10 @@ class CaptureConfig:
     capture_udp: bool = False
     #: Capture TLS plaintext with uprobes on OpenSSL (bpf/tls.c, otelbpf/sources/tls.py).
     capture_tls: bool = True
+    #: Capture the big reads and writes of connections whose bodies are read (LLM
+    #: calls) whole, up to 256 KiB a call (bpf/capture.h); off: the prefix only.
+    #: OTELBPF_WHOLE_CAPTURE=off turns it off too (bench/llm_bursts.py compares).
+    whole_capture: bool = True
     #: Probe CUDA runtime/driver and NCCL calls (bpf/gpu.c, otelbpf/sources/gpu.py).
     capture_gpu: bool = True
     #: Also time the GPU kernel launch calls (entry + return probes, ~4.5 us a launch; docs/gpu.md).
@@ -299,6 +314,8 @@ class EbpfSource:
         self.regs_read = ""
         #: stack samples for profiles (None: profiles off, or not started)
         self.profiles: ProfileSampler | None = None
+        #: capture_whole marks connections (CaptureConfig.whole_capture, OTELBPF_WHOLE_CAPTURE)
+        self.whole_capture = whole_capture_wanted(config)
 
     # -- start-up ---------------------------------------------------------
 
@@ -664,25 +681,61 @@ class EbpfSource:
         self._set_conn_bit(pid, fd, conn_id, "muted", 1 << int(source))
 
     def capture_whole(self, pid: int, fd: int, conn_id: int, source: int = Source.SOCKET) -> None:
-        """Capture this connection's reads and writes whole from now on (up to
-        capture.h's WHOLE_CAPTURE_BYTES per call, in several records) instead of
-        their first --capture-bytes: its bodies are read (an LLM call's stream).
-        Socket capture only (TLS plaintext keeps its prefix)."""
-        if source == Source.SOCKET:
-            self._set_conn_bit(pid, fd, conn_id, "whole", 1 << int(source))
+        """Capture this connection's reads and writes from ``source`` (socket
+        payloads or TLS plaintext) whole from now on, up to capture.h's
+        WHOLE_CAPTURE_BYTES per call, in several records, instead of their first
+        --capture-bytes: its bodies are read (an LLM call's stream). The server
+        endpoint it talks to is remembered in the kernel (whole_endpoints,
+        bpf/socket.c): the next connections to or from it are captured whole from
+        their first byte, however late this agent gets to them. Nothing with
+        OTELBPF_WHOLE_CAPTURE=off (CaptureConfig.whole_capture)."""
+        if not self.whole_capture:
+            return
+        bit = 1 << int(source)
+        entry = self._set_conn_bit(pid, fd, conn_id, "whole", bit)
+        if entry is not None:
+            self._remember_endpoint(entry.sk, bit)
 
-    def _set_conn_bit(self, pid: int, fd: int, conn_id: int, field: str, bit: int) -> None:
+    def _remember_endpoint(self, sk: int, bit: int) -> None:
+        """Mark the server endpoint of the TCP socket ``sk`` (its tuple, from the
+        kernel's sk_tuples) for whole capture of ``bit``'s source."""
+        try:
+            found = self._bpf["sk_tuples"][ctypes.c_ulonglong(sk)]
+        except KeyError:  # not TCP, or older than the agent: no tuple, no endpoint
+            return
+        table = self._bpf["whole_endpoints"]
+        key = table.Key()
+        key.family = found.family
+        if found.role == RoleHint.ACCEPTED:
+            key.port, address = found.local_port, found.local_addr
+        elif found.role == RoleHint.CONNECTED:
+            key.port, address = found.peer_port, found.peer_addr
+        else:
+            return
+        ctypes.memmove(ctypes.addressof(key.addr), ctypes.addressof(address), ctypes.sizeof(key.addr))
+        try:
+            bits = table[key].value
+        except KeyError:
+            bits = 0
+        if not bits & bit:
+            table[key] = ctypes.c_ubyte(bits | bit)
+
+    def _set_conn_bit(self, pid: int, fd: int, conn_id: int, field: str, bit: int) -> object | None:
         """Set ``bit`` in a field of the kernel's entry for (pid, fd), if it is still
-        the connection ``conn_id`` (the fd may have been reused since)."""
+        the connection ``conn_id`` (the fd may have been reused since); returns the
+        entry, or None when it is gone or another connection's."""
         table = self._bpf["conns"]
         key = table.Key(pid, fd)
         try:
             value = table[key]
         except KeyError:
-            return
-        if value.conn_id == conn_id and not getattr(value, field) & bit:
+            return None
+        if value.conn_id != conn_id:
+            return None
+        if not getattr(value, field) & bit:
             setattr(value, field, getattr(value, field) | bit)
             table[key] = value
+        return value
 
     # -- steady state ------------------------------------------------------
 

@@ -63,9 +63,11 @@ DF_IOV_TRUNCATED = 2
 DF_MMSG_UNKNOWN = 4
 #: capture.h, whole capture of marked connections: one of several records of one call
 DF_PIECE = 8
-#: capture.h: the most of one call a marked connection has copied, and the records' piece size.
+#: capture.h: the most of one call a marked connection has copied, and the records' piece
+#: size (flat buffers; gathered calls' pieces span iovecs, at most WHOLE_GATHER_PIECE_BYTES).
 WHOLE_CAPTURE_BYTES = 256 * 1024
 WHOLE_PIECE_BYTES = 16384
+WHOLE_GATHER_PIECE_BYTES = 12288
 
 STAT_LOST = 0
 STAT_IO_MAP_FULL = 1
