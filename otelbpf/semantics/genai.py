@@ -34,7 +34,9 @@ OpenAI wire format served by anything else, ``anthropic`` for the
 Anthropic Messages API, ``huggingface.tgi`` for TGI's native API,
 ``open_inference`` for the v2 inference protocol (Triton, KServe: operation ``infer``,
 the model and version from the path, tensor counts; the binary extension's
-``Inference-Header-Content-Length`` is read too) (see otelbpf/semconv.py). Rerank and score calls
+``Inference-Header-Content-Length`` is read too; over gRPC, ``ModelInfer`` and
+``ModelStreamInfer`` streams are gRPC spans that also get these attributes, from their
+protobuf messages: protocols/genai/v2grpc.py) (see otelbpf/semconv.py). Rerank and score calls
 (/v1/rerank, /v1/score) take the custom operation names ``rerank`` and
 ``score`` and otelbpf attributes for their documents, top_n and results.
 
@@ -53,7 +55,8 @@ from otelbpf import semconv as sc
 from otelbpf.identity import SpanStart
 from otelbpf.model import AttributeValue
 from protocols.base import ExchangeProgress, Phase
-from protocols.genai import Api, LlmCall, LlmFacts, Operation
+from protocols.genai import Api, LlmCall, LlmFacts, Operation, V2GrpcCall
+from protocols.genai.llm import SseTap, tap_endpoint
 from protocols.genai.llm import match_endpoint  # genai.pxd cimports it: a C call
 from protocols.http1.types import HttpExchange
 
@@ -100,7 +103,7 @@ def provider_name(host: str, api: Api) -> str:
         return sc.GEN_AI_PROVIDER_ANTHROPIC  # the Messages API is Anthropic's, wherever served
     if api is Api.TGI:
         return sc.GEN_AI_PROVIDER_HUGGINGFACE_TGI  # TGI's native API (no listed provider)
-    if api is Api.V2_INFER:
+    if api is Api.V2_INFER or api is Api.V2_GRPC:
         return sc.GEN_AI_PROVIDER_OPEN_INFERENCE  # Triton, KServe, MLServer: the protocol's name
     return sc.GEN_AI_PROVIDER_OPENAI_COMPATIBLE
 
@@ -120,35 +123,62 @@ class GenAiLayer:
         #: own bytes lost them (peer fill, ``otelbpf.genai.usage.source = peer``).
         self._peer_usage: dict[tuple[str, str], tuple] = {}
         self.peer_filled = 0
+        #: Let the HTTP/1 parser hand an SSE response's chunks to its call directly
+        #: (LlmCall.stream_tap: no progress event per chunk). Off: every chunk comes as a
+        #: progress event (the same facts; tests/test_genai_tap.py compares the two).
+        self.body_taps = True
+        #: The pipeline's observers of HTTP/1 progress (attach): a tap hides chunks from
+        #: them all, so there is none unless this layer's is the only one.
+        self.http1_observers: list | None = None
 
     def __len__(self) -> int:
         return len(self._calls)
 
     # -- progress (the pipeline's thread, per body chunk) -----------------------
 
+    def wants(self, exchange) -> bool | SseTap:
+        """HTTP/1's progress filter: :func:`is_llm_call`, and for a call whose response may
+        be an SSE stream the HTTP/1 parser reads in place (OpenAI-style chat and text
+        completions), a tap for that response (an SseTap, true), which the parser hands
+        the response's body to from its first byte (protocols/http1/stitch.py)."""
+        line = request_line(exchange)
+        if line is None:
+            return False
+        endpoint = match_endpoint(line[0], line[1])
+        if endpoint is None:
+            return False
+        if not self.body_taps or not tap_endpoint(endpoint) or type(exchange) is not HttpExchange or not self._sole_observer():
+            return True
+        return SseTap(None, True, False, self, exchange)
+
+    def _sole_observer(self) -> bool:
+        """Is this layer the pipeline's only observer of HTTP/1 progress? A tap hides the
+        body pieces it reads from every observer, so taps are used only then."""
+        observers = self.http1_observers
+        return observers is None or (len(observers) == 1 and observers[0] == self.observe)
+
+    def call_for(self, exchange) -> LlmCall | V2GrpcCall | None:
+        """The call of ``exchange`` (made now if it has none yet), or None if it is not an LLM call."""
+        entry = self._calls.get(id(exchange))
+        if entry is None or entry[0] is not exchange:
+            entry = self._new_call(exchange)
+            if entry is None:
+                return None
+        return entry[1]
+
     def observe(self, start: SpanStart, progress: ExchangeProgress) -> None:
         exchange = progress.exchange
         entry = self._calls.get(id(exchange))
         if entry is None or entry[0] is not exchange:
-            line = request_line(exchange)
-            if line is None:
-                return
-            endpoint = match_endpoint(line[0], line[1])
-            if endpoint is None:
+            entry = self._new_call(exchange)
+            if entry is None:
                 return  # not an LLM call: nothing kept
-            entry = (exchange, LlmCall(endpoint, self.capture_content))
-            if endpoint.api is Api.V2_INFER:  # the binary extension: the body's JSON head length
-                entry[1].json_head_length(False, _header(getattr(exchange, "request", None), "inference-header-content-length"))
-            if len(self._calls) >= self.max_calls:
-                del self._calls[next(iter(self._calls))]
-                self.evicted += 1
-                if self.counters is not None:
-                    self.counters.add("otelbpf.genai.calls.evicted")
-            self._calls[id(exchange)] = entry
         call = entry[1]
         phase = progress.phase
         if phase == Phase.RESPONSE_BODY:
             call.response_body(progress.ts_ns, progress.data)
+            if self.body_taps and type(exchange) is HttpExchange and type(call) is LlmCall:
+                self._tap(exchange, call)
         elif phase == Phase.REQUEST_BODY:
             call.request_body(progress.data)
         elif phase == Phase.RESPONSE_START:
@@ -156,6 +186,41 @@ class GenAiLayer:
             call.response_start(response.header("content-type") if response is not None else None)
             if call.endpoint.api is Api.V2_INFER:
                 call.json_head_length(True, _header(response, "inference-header-content-length"))
+            if self.body_taps and type(exchange) is HttpExchange and type(call) is LlmCall:
+                self._tap(exchange, call)
+
+    def _new_call(self, exchange) -> tuple | None:
+        """A new call's entry for ``exchange``, or None if it is not an LLM call."""
+        line = request_line(exchange)
+        if line is None:
+            return None
+        endpoint = match_endpoint(line[0], line[1])
+        if endpoint is None:
+            return None  # not an LLM call: nothing kept
+        call = V2GrpcCall(endpoint) if endpoint.api is Api.V2_GRPC else LlmCall(endpoint, self.capture_content)
+        entry = (exchange, call)
+        if endpoint.api is Api.V2_INFER:  # the binary extension: the body's JSON head length
+            entry[1].json_head_length(False, _header(getattr(exchange, "request", None), "inference-header-content-length"))
+        if len(self._calls) >= self.max_calls:
+            evicted = self._calls.pop(next(iter(self._calls)))[1]
+            if type(evicted) is LlmCall:
+                evicted.drop_tap()  # its response's parser stops handing it chunks
+            self.evicted += 1
+            if self.counters is not None:
+                self.counters.add("otelbpf.genai.calls.evicted")
+        self._calls[id(exchange)] = entry
+        return entry
+
+    def _tap(self, exchange: HttpExchange, call: LlmCall) -> None:
+        """An HTTP/1 SSE response: the parser hands its chunks to the call directly from
+        now on (LlmCall.stream_tap, protocols/http1/parse.py's BodyTap), instead of a
+        progress event per chunk. Tried at the response's head and again after a piece
+        the tap could not read."""
+        http1 = exchange
+        response = http1.response
+        if response is None or response.body_tap is not None or not self._sole_observer():
+            return
+        response.body_tap = call.stream_tap()
 
     # -- span (when the exchange ends) -------------------------------------------
 
@@ -164,7 +229,11 @@ class GenAiLayer:
         entry = self._calls.pop(id(exchange), None)
         if entry is None or entry[0] is not exchange:
             return None
-        return entry[1].finish()
+        call = entry[1]
+        facts = call.finish()
+        if type(call) is V2GrpcCall and call.parse_errors and self.counters is not None:
+            self.counters.add("otelbpf.parse.errors", call.parse_errors, label="genai")  # not the protocol's messages
+        return facts
 
     def annotate(self, exchange, attrs: dict[str, AttributeValue]) -> str | None:
         """Add the GenAI attributes of ``exchange`` to its span's ``attrs`` (HTTP
@@ -335,5 +404,7 @@ def attach(pipeline) -> GenAiLayer | None:
     layer = GenAiLayer(pipeline.options.capture_genai_content, pipeline.counters)
     for protocol, semantics in carriers:
         semantics.genai = layer
-        pipeline.observe_progress(protocol, layer.observe, wants=is_llm_call)
+        # HTTP/1: the layer's filter, which also gives an SSE response's parser its tap
+        pipeline.observe_progress(protocol, layer.observe, wants=layer.wants if protocol == "http1" else is_llm_call)
+    layer.http1_observers = pipeline.progress_observers.get("http1")
     return layer

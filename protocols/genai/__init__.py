@@ -11,7 +11,10 @@ HTTP/1's); it reads the bodies of exchanges that HTTP/1 already parsed:
   (:func:`match_endpoint`), and :class:`LlmCall`, the small per-exchange
   state fed with body chunks as they cross the socket, which keeps only the
   fields spans need (model, parameters, ids, finish reasons, token usage,
-  first/last output-chunk times and the chunk count), never a whole body.
+  first/last output-chunk times and the chunk count), never a whole body;
+* :mod:`protocols.genai.v2grpc`: the v2 inference protocol over gRPC (Triton,
+  KServe: ``ModelInfer``, ``ModelStreamInfer``), :class:`V2GrpcCall` (``LlmCall``'s
+  interface) over a bounded reader of gRPC messages and of the protobuf wire format.
 """
 
 from protocols.genai.llm import (
@@ -25,6 +28,7 @@ from protocols.genai.llm import (
     match_endpoint,
 )
 from protocols.genai.sse import LineSplitter, SseEvent, SseParser
+from protocols.genai.v2grpc import V2GrpcCall
 
 __all__ = [
     "REQUEST_BODY_LIMIT",
@@ -37,5 +41,6 @@ __all__ = [
     "Operation",
     "SseEvent",
     "SseParser",
+    "V2GrpcCall",
     "match_endpoint",
 ]

@@ -208,6 +208,25 @@ class SseParser:
         """Bytes held for the event and line in progress (bounded)."""
         return len(self._data) + self._lines.buffered + len(self._last) + len(self._last_tail or b"")
 
+    def hand_over(self) -> bytes | None:
+        """For a reader of the stream's bytes that takes over from here (protocols/genai/llm.py's
+        SseTap): when nothing is in progress but maybe the first line of an event (no data,
+        no event name, no line cut or ended by CR, not resuming after a hole), that line's
+        bytes so far (b"" for none), forgotten here: feeding them back gives this state
+        again. None when the parser holds anything else."""
+        lines = self._lines
+        if (
+            self._has_data or self._event or self._resuming or self._fresh
+            or lines._overflow or lines._after_cr or lines._skip_first
+        ):  # fmt: skip
+            return None
+        partial = lines._partial
+        if not partial:
+            return b""
+        held = bytes(partial)
+        partial.clear()
+        return held
+
     def feed(self, data: bytes) -> list[SseEvent]:
         out: list[SseEvent] = []
         size = len(data)

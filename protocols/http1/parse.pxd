@@ -10,6 +10,15 @@ cdef int _HEAD, _FIXED_BODY, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_DATA_END, _TRAILER
 cdef int _NO_FRAMING, _LENGTH, _CHUNKED, _OTHER_CODING, _INVALID
 
 
+# A reader of a body's pieces the parser hands them to (an LLM call's SSE stream): its
+# methods are C calls from the parser, overridden by subclasses elsewhere
+# (protocols/genai/llm.pxd, SseTap).
+cdef class BodyTap:
+    cpdef begin(self, message)
+    cpdef Py_ssize_t take(self, bytes data, Py_ssize_t start, Py_ssize_t stop, long long ts_ns) except -1
+    cpdef object release(self)
+
+
 @cy.final
 cdef class HttpParser:
     cdef public str kind
@@ -35,21 +44,27 @@ cdef class HttpParser:
     cdef Py_ssize_t _captured
     cdef list _informational
     cdef object _expected_methods
+    cdef object _expected_taps
 
     cpdef list feed(self, data, long long ts_ns, long long missing=*)
     cpdef list close(self)
-    cpdef expect_response_to(self, method)
+    cpdef expect_response_to(self, method, tap=*)
     cdef void _consume(self, data, long long ts_ns, list events) except *
     cdef Py_ssize_t _consume_head(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef Py_ssize_t _consume_fixed_body(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef Py_ssize_t _consume_chunk_size(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
+    @cy.locals(end=Py_ssize_t, size=Py_ssize_t, after=Py_ssize_t)
+    cdef Py_ssize_t _consume_chunk_size_fast(self, bytes data, Py_ssize_t pos, long long ts_ns, list events) except -2
+    @cy.locals(end=Py_ssize_t, limit=Py_ssize_t, size=Py_ssize_t, i=Py_ssize_t, c=cy.int)
+    cdef Py_ssize_t _short_chunk_line(self, bytes data, Py_ssize_t pos) except -1
     cdef Py_ssize_t _consume_chunk_data(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef Py_ssize_t _consume_chunk_data_end(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef Py_ssize_t _consume_trailers(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef Py_ssize_t _consume_until_close(self, data, Py_ssize_t pos, long long ts_ns, list events) except -1
     cdef tuple _take_section(self, data, Py_ssize_t pos, bytes terminator, Py_ssize_t limit, list events)
-    @cy.locals(message=HttpMessageBase)
+    @cy.locals(message=HttpMessageBase, tap=BodyTap, start=Py_ssize_t, room=Py_ssize_t)
     cdef void _take_body(self, data, Py_ssize_t pos, Py_ssize_t count, long long ts_ns, list events) except *
+    cdef void _release_tap(self, HttpMessageBase message, list events) except *
     @cy.locals(message=HttpMessageBase, text=str, end_of_start=Py_ssize_t, start_line=str)
     cdef void _on_head(self, head, long long ts_ns, list events) except *
     @cy.locals(size=Py_ssize_t, start=Py_ssize_t, end=Py_ssize_t, colon=Py_ssize_t, name_size=Py_ssize_t, name=str)
@@ -58,10 +73,13 @@ cdef class HttpParser:
     cdef list _parse_fields(self, list lines)
     cdef void _frame_request(self, HttpRequest request, list events) except *
     cdef void _frame_response(self, HttpResponse response, list events) except *
+    @cy.locals(tap=BodyTap)
     cdef void _begin_body(self, HttpMessageBase message, int framing, long long length, list events) except *
     @cy.locals(message=HttpMessageBase)
     cdef void _finish(self, long long end_ns, list events) except *
     cdef bint _cut_short_by(self, data) except -1
+    @cy.locals(first=cy.int)
+    cdef bint _may_start(self, bytes data) except -1
     cdef void _drop_message_in_progress(self, list events) except *
     @cy.locals(message=HttpMessageBase)
     cdef void _abandon_message(self, list events, bint body_lost=*) except *

@@ -10,7 +10,10 @@ Events per message, always in this order:
   stitcher can start an exchange before a long body has crossed the socket;
 * :class:`BodyData` for every piece of (de-chunked) body as it arrives, with
   the time of the syscall that moved it: a streamed response (SSE) is seen
-  chunk by chunk, its last chunk included, whatever its size;
+  chunk by chunk, its last chunk included, whatever its size; unless a reader
+  takes the pieces as the parser frames them (a :class:`BodyTap` on the
+  message: an LLM call's SSE stream, read in place), in which case only what it
+  leaves comes as BodyData, in order, after what it took;
 * :class:`MessageComplete` once the body is over, or once the parser gives up
   on it (``complete=False``). HeadComplete and MessageComplete are always
   paired and carry the *same* message object, whose body fields keep filling
@@ -40,6 +43,13 @@ from typing import Callable, Literal
 
 from protocols.http1.types import FieldBlock, HttpRequest, HttpResponse
 
+try:
+    import cython
+except ImportError:  # Cython not installed: run as plain Python
+
+    class cython:  # type: ignore[no-redef]  # noqa: N801 - stands in for the module
+        compiled = False
+
 HttpMessage = HttpRequest | HttpResponse
 
 MAX_HEAD_SIZE = 64 * 1024
@@ -53,6 +63,8 @@ MAX_INFORMATIONAL = 16
 #: conventions know (tests check it matches otelbpf.semconv's).
 STANDARD_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH", "QUERY"})
 _STANDARD_METHOD_BYTES = frozenset(method.encode() for method in STANDARD_METHODS)
+#: The first bytes of the standard methods (HttpParser._may_start).
+_METHOD_FIRST_BYTES = bytes(sorted({method.encode()[0] for method in STANDARD_METHODS}))
 
 _TOKEN = rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]"  # RFC 9110 tchar
 _TARGET_CHAR = rb"[^\x00-\x20\x7f]"  # lenient: raw UTF-8 in targets is common
@@ -171,6 +183,37 @@ class MessageComplete:
 ParserEvent = HeadComplete | BodyData | MessageComplete
 
 
+class BodyTap:
+    """A reader of a body's pieces that the parser hands them to as it frames them,
+    instead of making a :class:`BodyData` event per piece (an LLM call's SSE stream,
+    counted from its bytes: protocols/genai/llm.py's SseTap). Set on
+    ``message.body_tap`` by the body's reader, from outside the parser, or given for a
+    response before its head comes (:meth:`HttpParser.expect_response_to`).
+
+    The parser calls :meth:`take` with each piece of the body (de-chunked), in order.
+    The tap takes a prefix of it; the parser reports the rest as BodyData, as usual,
+    after what :meth:`release` gives back, and detaches the tap (``message.body_tap``
+    None): from then on every piece of that body is BodyData again, so the reader sees
+    the stream in order, the tap's part first. The parser also releases the tap before
+    anything else it tells about the body (a hole, its end, lost framing). This base
+    class takes nothing."""
+
+    def begin(self, message: HttpMessage) -> None:
+        """The parser hands this tap the body of ``message``, whose head was just parsed
+        (a tap given with :meth:`HttpParser.expect_response_to`)."""
+
+    def take(self, data: bytes, start: int, stop: int, ts_ns: int) -> int:
+        """Take ``data[start:stop]``, moved at ``ts_ns``: return where what it took ends
+        (``stop``: all of it; ``start``: none, and the tap is done). A tap may hold the
+        end of what it takes (an unfinished event) until a later piece completes it."""
+        return start
+
+    def release(self) -> tuple[bytes, int] | None:
+        """The tap is done: the bytes it holds (taken, not read yet) with their time, for
+        the parser to report as BodyData, or None."""
+        return None
+
+
 # Parser states: plain ints, declared C ints in parse.pxd, so that the compiled
 # parser tests and dispatches on a C int; the pure module runs the same code.
 _HEAD = 0  # between messages, or inside a head (bytes kept in the buffer)
@@ -208,7 +251,8 @@ class HttpParser:
     ``kind`` says which: a request parser never sees responses and vice
     versa. Every captured body byte is reported as :class:`BodyData` (unless
     ``body_events`` is off: a consumer that reads no body pieces saves a copy
-    and an event per piece); at most
+    and an event per piece; or the message has a :class:`BodyTap`, which takes
+    the pieces it reads in place); at most
     ``body_limit`` bytes of each body are also kept on ``message.body``
     (a convenience for consumers that want a prefix); ``body_size`` counts
     them all. Memory stays bounded whatever the input:
@@ -258,6 +302,7 @@ class HttpParser:
         self._captured = 0
         self._informational: list[int] = []
         self._expected_methods: deque[str] = deque(maxlen=max_pending)
+        self._expected_taps: deque[BodyTap | None] = deque(maxlen=max_pending)  # in step with the methods
 
     @property
     def opaque(self) -> bool:
@@ -269,7 +314,7 @@ class HttpParser:
         """Bytes held for the message in progress (partial head plus captured body)."""
         return len(self._buffer) + self._captured
 
-    def expect_response_to(self, method: str) -> None:
+    def expect_response_to(self, method: str, tap: BodyTap | None = None) -> None:
         """Tell a response parser that a request with ``method`` was sent.
 
         Final responses answer requests in order; the method decides their
@@ -277,8 +322,13 @@ class HttpParser:
         arrives with no method queued is framed as if it answered a GET.
         When more than ``max_pending`` are queued the oldest is forgotten,
         as the stitcher evicts the oldest outstanding request.
+
+        ``tap``: a reader for that response's body, set on the response
+        (``body_tap``) as its head is parsed, so that it takes the body from
+        its first byte (see :class:`BodyTap`).
         """
         self._expected_methods.append(method)
+        self._expected_taps.append(tap)
 
     def feed(self, data: bytes, ts_ns: int, missing: int = 0) -> list[ParserEvent]:
         """Parse ``data`` (one syscall's bytes, moved at ``ts_ns``).
@@ -378,6 +428,10 @@ class HttpParser:
         return pos + count
 
     def _consume_chunk_size(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        if not self._buffer and type(data) is bytes:
+            after = self._consume_chunk_size_fast(data, pos, ts_ns, events)
+            if after >= 0:
+                return after
         line, pos = self._take_section(data, pos, b"\r\n", MAX_CHUNK_LINE, events)
         if line is None:
             return pos
@@ -396,6 +450,47 @@ class HttpParser:
             self._remaining = size
             self._state = _CHUNK_DATA
         return pos
+
+    def _consume_chunk_size_fast(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
+        """The common shape, read in place: 1-8 hex digits and CRLF, then (a streamed
+        response writes a chunk at a time) the chunk's data and its CRLF, all in ``data``.
+        Returns where the parse goes on, or -1: not that shape, the general path reads it."""
+        after = self._short_chunk_line(data, pos)
+        if after == 0:
+            return -1
+        size = self._remaining
+        end = after + size
+        if end + 2 <= len(data) and data[end] == 0x0D and data[end + 1] == 0x0A:
+            self._take_body(data, after, size, ts_ns, events)  # _remaining back to 0
+            return end + 2  # the next chunk-size line
+        self._state = _CHUNK_DATA  # its data runs past these bytes (or lacks its CRLF: found there)
+        return after
+
+    def _short_chunk_line(self, data: bytes, pos: int) -> int:
+        """Where the chunk's data starts when ``data`` holds, at ``pos``, a chunk-size line
+        of 1 to 8 hex digits and its CRLF (no extension, no blank) for a chunk that is not
+        the last; its size is then set in ``_remaining``. 0 for any other line, or one not
+        all in ``data``: the general path (_take_section, _chunk_size) reads those, to the
+        same result."""
+        end = len(data)
+        limit = pos + 8 if pos + 8 < end else end
+        size = 0
+        i = pos
+        while i < limit:
+            c = data[i]
+            if 0x30 <= c <= 0x39:
+                size = size * 16 + (c - 0x30)
+            elif 0x61 <= c <= 0x66:
+                size = size * 16 + (c - 0x57)
+            elif 0x41 <= c <= 0x46:
+                size = size * 16 + (c - 0x37)
+            else:
+                break
+            i += 1
+        if i == pos or size == 0 or i + 2 > end or data[i] != 0x0D or data[i + 1] != 0x0A:
+            return 0
+        self._remaining = size
+        return i + 2
 
     def _consume_chunk_data(self, data: bytes, pos: int, ts_ns: int, events: list[ParserEvent]) -> int:
         count = min(len(data) - pos, self._remaining)
@@ -491,6 +586,7 @@ class HttpParser:
         data None), and resume at the next chunk boundary (_consume_chunk_resync)."""
         message = self._message
         assert message is not None
+        self._release_tap(message, events)
         message.body_truncated = True
         events.append(BodyData(message, None, ts_ns))
         self._buffer.clear()
@@ -551,16 +647,37 @@ class HttpParser:
         if count <= 0:
             return
         room = self.body_limit - self._captured
-        if self.body_events or room > 0:
-            part = data[pos : pos + count] if pos or count != len(data) else data
-            if self.body_events:
+        part = None
+        if self.body_events:
+            start = pos
+            if message.body_tap is not None:
+                tap = message.body_tap
+                if type(data) is bytes:
+                    start = tap.take(data, pos, pos + count, ts_ns)
+                if start < pos + count:  # the tap is done: what it holds, then the rest, as BodyData
+                    self._release_tap(message, events)
+            if start < pos + count:
+                part = data[start : pos + count] if start or count != len(data) else data
                 events.append(BodyData(message, part, ts_ns))
-            if room > 0:
-                kept = part if count <= room else part[:room]
-                self._body_parts.append(kept)
-                self._captured += len(kept)
+                if start != pos:
+                    part = None
+        if room > 0:
+            if part is None:
+                part = data[pos : pos + count] if pos or count != len(data) else data
+            kept = part if count <= room else part[:room]
+            self._body_parts.append(kept)
+            self._captured += len(kept)
         message.body_size += count
         self._remaining -= count
+
+    def _release_tap(self, message: HttpMessage, events: list[ParserEvent]) -> None:
+        """Detach ``message``'s body tap, if any; report what it held (BodyData) first."""
+        tap = message.body_tap
+        if tap is not None:
+            message.body_tap = None
+            held = tap.release()
+            if held is not None:
+                events.append(BodyData(message, held[0], held[1]))
 
     # -- heads --------------------------------------------------------------
 
@@ -653,13 +770,18 @@ class HttpParser:
 
     def _begin_body(self, message: HttpMessage, framing: int, length: int, events: list[ParserEvent]) -> None:
         """Report the head, then set up for the body (or finish if it has none)."""
+        tap = None
         if isinstance(message, HttpResponse):
             if self._expected_methods:
                 self._expected_methods.popleft()
+                tap = self._expected_taps.popleft()
             message.informational = self._informational
             self._informational = []
         self._message = message
         events.append(HeadComplete(message))
+        if tap is not None:
+            message.body_tap = tap
+            tap.begin(message)
         if framing == _CHUNKED:
             self._state = _CHUNK_SIZE
         elif framing == _LENGTH and length > 0:
@@ -675,6 +797,7 @@ class HttpParser:
     def _finish(self, end_ns: int, events: list[ParserEvent]) -> None:
         message = self._message
         assert message is not None
+        self._release_tap(message, events)
         message.end_ns = end_ns
         if self._body_parts:
             message.body = b"".join(self._body_parts)
@@ -688,10 +811,22 @@ class HttpParser:
         """Does ``data``, starting a new message, show the one in progress will never end?"""
         if self._message is None and not self._buffer:
             return False
+        if type(data) is bytes and not self._may_start(data):
+            return False  # most chunks: their first byte cannot begin a start line (no regex run)
         if not self._looks_like_restart(data):
             return False
         # A start line may be split anywhere: b"G" then b"ET / HTTP/1.1" is one request.
         return self._message is not None or self._start_line_prefix.match(self._buffer) is None
+
+    def _may_start(self, data: bytes) -> bool:
+        """Can ``data``'s first byte begin what ``_looks_like_restart`` looks for: ``HTTP/``
+        (responses), or a standard method's first letter (requests)?"""
+        if not data:
+            return False
+        first = data[0]
+        if not self._is_request:
+            return first == 0x48  # H
+        return first in _METHOD_FIRST_BYTES
 
     def _drop_message_in_progress(self, events: list[ParserEvent]) -> None:
         if self._message is not None:
@@ -727,6 +862,8 @@ class HttpParser:
             self._resync_fresh = True
             return
         gap = self.body_events and self._message is not None
+        if gap and self._message.body_tap is not None:
+            self._release_tap(self._message, events)
         if state == _UNTIL_CLOSE:
             self._skip_body(missing, ts_ns)
             if gap:

@@ -23,7 +23,7 @@ from protocols.base import (
     SessionEvent,
     abandon,
 )
-from protocols.http1.parse import BodyData, HeadComplete, HttpParser, ParserEvent
+from protocols.http1.parse import BodyData, BodyTap, HeadComplete, HttpParser, ParserEvent
 from protocols.http1.types import PROTOCOL, HttpExchange, HttpRequest, HttpResponse
 
 
@@ -42,7 +42,10 @@ class Http1Session:
     reported as ``ExchangeProgress`` (off, they cost nothing: the detector
     turns them on when a consumer observes them); ``progress_filter``, asked
     once per exchange at its request head, narrows them to the exchanges it
-    accepts. At most ``body_limit`` bytes of each body are also kept on the messages.
+    accepts; it may accept one with a :class:`~protocols.http1.parse.BodyTap` instead of
+    True, a reader the response parser hands that response's body to from its first
+    byte (an LLM call's SSE stream: no progress event per body piece). At most
+    ``body_limit`` bytes of each body are also kept on the messages.
     """
 
     protocol = PROTOCOL
@@ -125,12 +128,16 @@ class Http1Session:
 
     def _start_exchange(self, request: HttpRequest, ts_ns: int, out: list[SessionEvent]) -> None:
         exchange = HttpExchange(request=request, kind=self.kind)
+        tap = None
         if self.progress:
             wanted = self.progress_filter
-            exchange.reports_progress = wanted is None or wanted(exchange)
+            reports = wanted is None or wanted(exchange)
+            if isinstance(reports, BodyTap):  # the filter's reader for the response's body
+                tap, reports = reports, True
+            exchange.reports_progress = reports
         self._pending.append(exchange)
         self._requesting = exchange
-        self._responses.expect_response_to(request.method)
+        self._responses.expect_response_to(request.method, tap)
         out.append(ExchangeStarted(exchange))
         if len(self._pending) > self.max_pending:
             out.append(abandon(self._pending.popleft(), Outcome.EVICTED, ts_ns))

@@ -43,6 +43,8 @@ cdef class HttpMessageBase:
     cdef public object body_truncated
     cdef public object complete
     cdef public object trailers
+    # parse.BodyTap or None (compiled: a dataclass field without init, repr or comparison)
+    cdef public object body_tap
 
     # Sets the fields above for every message class's __init__ (one copy of them): final,
     # so a direct C call from the subclasses' C __init__s.

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from protocols.base import ExchangeKind, Outcome
+
+try:
+    import cython
+except ImportError:  # Cython not installed: run as plain Python
+
+    class cython:  # type: ignore[no-redef]  # noqa: N801 - stands in for the module
+        compiled = False
 
 #: The protocol id, used everywhere this protocol is named (folder, spans, counters).
 PROTOCOL = "http1"
@@ -142,7 +149,7 @@ def _line_start(name: str) -> str:
 @dataclass
 class HttpMessageBase:
     __slots__ = ("version", "headers", "start_ns", "head_end_ns", "end_ns", "body_size", "body",
-                 "body_truncated", "complete", "trailers")
+                 "body_truncated", "complete", "trailers", "body_tap")
     version: str  # "1.0" or "1.1"
     #: Header fields in order; names lower-cased, values latin-1 decoded and stripped.
     #: A list of pairs, or (from the parser) a :class:`FieldBlock` that acts as one.
@@ -155,7 +162,8 @@ class HttpMessageBase:
     body_size: int
     #: Prefix of the (de-chunked) body kept for the consumer: at most the
     #: ``body_limit`` the consumer gave the parser. Every captured body byte
-    #: is also reported as a ``BodyData`` event, whatever this keeps.
+    #: is also reported as a ``BodyData`` event (or taken by ``body_tap``),
+    #: whatever this keeps.
     body: bytes
     #: Some body bytes were never seen (capture size, sendfile, gaps).
     body_truncated: bool
@@ -164,6 +172,13 @@ class HttpMessageBase:
     complete: bool
     #: Trailer fields of a chunked body, like ``headers``.
     trailers: list[tuple[str, str]]
+    # body_tap (a slot, no annotation: not a field of the pure dataclass): a reader of the
+    # body's pieces that the parser hands them to as it frames them (protocols/http1/parse.py's
+    # BodyTap: an LLM call's SSE stream), or None. Not part of the message's value. Compiled,
+    # Cython's dataclass makes every C attribute a field: this keeps it out of init, repr and
+    # comparison there too (read at compile time; no class attribute in plain Python).
+    if cython.compiled:
+        body_tap = field(init=False, repr=False, compare=False)
 
     def __init__(self, version="1.1", headers=None, start_ns=0, head_end_ns=0, end_ns=0, body_size=0,
                  body=b"", body_truncated=False, complete=True, trailers=None) -> None:
@@ -184,6 +199,7 @@ class HttpMessageBase:
         self.body_truncated = body_truncated
         self.complete = complete
         self.trailers = [] if trailers is None else trailers
+        self.body_tap = None
 
     def header(self, name: str) -> str | None:
         """First value of header ``name`` (lower-case), or None."""
