@@ -55,6 +55,11 @@
 #                          examples/triton_mock_server.py: binary tensor data (the
 #                          Inference-Header-Content-Length extension), JSON tensors on a
 #                          versioned model path, an unknown model (400)
+#   triton_grpc.pcap       (tests/golden/http2/) tritonclient.grpc against
+#                          examples/triton_grpc_mock_server.py, one channel: ModelInfer
+#                          (raw tensors, a versioned model, an unknown model: NOT_FOUND),
+#                          then ModelStreamInfer: three responses and an empty final one,
+#                          and an unknown model's error_message in the stream
 #
 # The gRPC captures need grpcio: GRPC_PYTHON (default .venv/bin/python) runs them.
 set -euo pipefail
@@ -239,10 +244,12 @@ while True:
 start_server "$py" "$here/examples/openai_mock_server.py" --port 18089 --first-token-delay-ms 40 --token-delay-ms 5
 # The v2 inference protocol (Triton / KServe) mock on 18091.
 start_server "$py" "$here/examples/triton_mock_server.py" --port 18091
+# The v2 inference protocol over gRPC (Triton / KServe) mock on 18092.
+start_server "$grpc_py" "$here/examples/triton_grpc_mock_server.py" --port 18092
 # The example gRPC service on 18087.
 start_server "$grpc_py" "$here/examples/grpc_service.py" serve --port 18087
 
-for port in 18080 18081 18082 18083 18084 18085 18086 18087 18088 18089 18091; do wait_for_port "$port"; done
+for port in 18080 18081 18082 18083 18084 18085 18086 18087 18088 18089 18091 18092; do wait_for_port "$port"; done
 
 # --- captures: record_NAME makes NAME.pcap ---------------------------------------
 
@@ -449,8 +456,37 @@ record_grpc_late() {
     stop_capture golden/http2/grpc_late.pcap
 }
 
+# The v2 inference protocol over gRPC: the real tritonclient.grpc, one channel (one connection).
+record_triton_grpc() {
+    start_capture golden/http2/triton_grpc.pcap "tcp port 18092"
+    "$grpc_py" -c '
+import queue
+import numpy as np
+import tritonclient.grpc as grpcclient
+client = grpcclient.InferenceServerClient(url="127.0.0.1:18092")
+a = np.arange(8, dtype=np.int32).reshape(1, 8)
+i0 = grpcclient.InferInput("INPUT0", [1, 8], "INT32"); i0.set_data_from_numpy(a)
+i1 = grpcclient.InferInput("INPUT1", [1, 8], "INT32"); i1.set_data_from_numpy(a)
+client.infer("simple", [i0, i1], request_id="golden-unary", outputs=[grpcclient.InferRequestedOutput("OUTPUT0")])
+client.infer("simple", [i0], model_version="2", request_id="golden-versioned")
+try:
+    client.infer("missing", [i0])
+except Exception:
+    pass
+answers = queue.Queue()
+client.start_stream(callback=lambda result, error: answers.put((result, error)))
+client.async_stream_infer("llm", [i0], request_id="golden-stream", enable_empty_final_response=True,
+                          parameters={"mock_responses": 3, "mock_delay_ms": 40, "mock_token_delay_ms": 5})
+client.async_stream_infer("missing", [i0], request_id="golden-stream-error")
+for _ in range(5):
+    answers.get(timeout=10)
+client.stop_stream()
+client.close()'
+    stop_capture golden/http2/triton_grpc.pcap
+}
+
 all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway
-    grpc_calls grpc_concurrent grpc_late h2c_nginx openai anthropic rerank tgi triton)
+    grpc_calls grpc_concurrent grpc_late h2c_nginx openai anthropic rerank tgi triton triton_grpc)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then

@@ -15,6 +15,10 @@
   UNKNOWN, DEADLINE_EXCEEDED, UNIMPLEMENTED, INTERNAL, UNAVAILABLE, DATA_LOSS
   (``error.type`` = the status name). A call with no status at all (reset,
   connection closed) is an error with the outcome as ``error.type``.
+* A call of the v2 inference protocol (Triton, KServe: ``inference.GRPCInferenceService/
+  ModelInfer``, ``ModelStreamInfer``) also gets the GenAI name and attributes, read from its
+  messages (protocols/genai/v2grpc.py), when ``semantics/http2.py`` asks the GenAI layer
+  after these attributes are written.
 * ``OTEL_SEMCONV_STABILITY_OPT_IN=rpc/dup`` also writes the deprecated
   ``rpc.system``, ``rpc.service`` and ``rpc.grpc.status_code``.
 """

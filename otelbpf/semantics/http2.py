@@ -60,8 +60,8 @@ class Http2Semantics:
         self.rpc_dup = emit_deprecated_names() if rpc_dup is None else rpc_dup
         #: gRPC methods one end of a traced connection decoded, for the other end.
         self.peer_methods = PeerMethods()
-        #: The pipeline's GenAI layer (otelbpf.semantics.genai.attach), or None:
-        #: a non-gRPC stream that is an LLM call also gets the GenAI name and attributes.
+        #: The pipeline's GenAI layer (otelbpf.semantics.genai.attach), or None: a stream
+        #: that is an LLM call (a v2 inference gRPC call too) also gets the GenAI name and attributes.
         self.genai = None
 
     def span(self, start: SpanStart, exchange: Http2Exchange, conn, options: SpanOptions) -> SpanRecord:
@@ -90,9 +90,9 @@ class Http2Semantics:
             name, status = grpc_attributes(exchange, start.kind, attrs, self.rpc_dup, self.peer_methods, stream_key)
         else:
             name, status = Http2Semantics._http_attributes(exchange, server, authority, options, attrs)
-            genai = self.genai
-            if genai is not None:
-                name = genai.annotate(exchange, attrs) or name
+        genai = self.genai
+        if genai is not None:  # an LLM call, or a v2 inference call over gRPC
+            name = genai.annotate(exchange, attrs) or name
         if exchange.hpack_incomplete:
             attrs[OTELBPF_HTTP2_HPACK_INCOMPLETE] = True
         if exchange.upgraded:

@@ -466,7 +466,7 @@ class Http2Session:
         if chunk is None:
             message.body_truncated = True
         _count_grpc(message, size, chunk)
-        if chunk and exchange.reports_progress:
+        if exchange.reports_progress and (chunk or chunk is None):  # None: a hole, as HTTP/1 reports it
             phase = Phase.REQUEST_BODY if message is exchange.request else Phase.RESPONSE_BODY
             out.append(ExchangeProgress(exchange, phase, ts_ns, chunk))
 
