@@ -206,6 +206,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
     run.add_argument("--max-connections", type=_positive_int, default=16384, help="connection table bound (default 16384)")
     run.add_argument(
+        "--no-fast-path",
+        action="store_true",
+        help="parse all traffic with the reference parsers, not the compiled fast path (docs/fastpath.md)",
+    )
+    run.add_argument(
         "--udp",
         action="store_true",
         help="also capture UDP datagrams (DDS/RTPS); needs per-syscall tracepoints, which tax every syscall on the host",
@@ -573,6 +578,15 @@ def cmd_run(args) -> int:
         return 2
     log.info("otelbpf: never traced: the agent; %s", exclusions.describe())
     options = SpanOptions(include_query=args.include_query_strings, capture_genai_content=args.capture_genai_content)
+    from otelbpf import fastpath
+
+    if args.no_fast_path:
+        fastpath.set_enabled(False)
+    log.info(
+        "otelbpf: HTTP/1 %s",
+        "on the compiled fast path" if fastpath.enabled()
+        else "through the reference parsers only (--no-fast-path, OTELBPF_FAST_PATH=0, or the fast path is not built)",
+    )
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
     if config.profiles.enabled:
         try:
