@@ -264,6 +264,30 @@ cdef class _TextMemo:
         return self.text
 
 
+cdef class _HeadMemo:
+    """The last head's field block, kept per connection and direction: keep-alive clients
+    send the same head again and again (servers too, but for the date), and a block
+    shared by equal heads is decoded, and lower-cased for look-ups, once. A block is
+    never changed once made, so sharing it is not visible."""
+
+    cdef bytes raw
+    cdef FieldBlock block
+
+    cdef FieldBlock get(self, const unsigned char* p, Head* h, _TextMemo lengths):
+        cdef bytes raw = self.raw
+        cdef Py_ssize_t n = h.head_len
+        if raw is not None and PyBytes_GET_SIZE(raw) == n and memcmp(PyBytes_AS_STRING(raw), p, n) == 0:
+            return self.block
+        self.raw = PyBytes_FromStringAndSize(<const char*>p, n)
+        self.block = FieldBlock(
+            PyUnicode_DecodeLatin1(<const char*>p, n, NULL),
+            h.line_end + 2,
+            lengths.get(p + h.cl_off, h.cl_len) if h.content_length >= 0 else None,
+            None,
+        )
+        return self.block
+
+
 cdef class FastHttp1Session:
     """``Session`` (protocols/base.py) for one HTTP/1.x connection: the common shape in
     C, the rest through a reference ``Http1Session`` (module docstring). Built by the
@@ -287,6 +311,8 @@ cdef class FastHttp1Session:
     cdef _TextMemo _targets
     cdef _TextMemo _reasons
     cdef _TextMemo _lengths
+    cdef _HeadMemo _request_heads
+    cdef _HeadMemo _response_heads
     cdef int _request_code
 
     def __init__(self, request_direction, body_limit=65536, max_pending=256, progress=True, progress_filter=None,
@@ -307,6 +333,8 @@ cdef class FastHttp1Session:
         self._targets = _TextMemo()
         self._reasons = _TextMemo()
         self._lengths = _TextMemo()
+        self._request_heads = _HeadMemo()
+        self._response_heads = _HeadMemo()
 
     @property
     def parse_errors(self):
@@ -365,23 +393,17 @@ cdef class FastHttp1Session:
         cdef Py_ssize_t n = PyBytes_GET_SIZE(data), body_start, body_len, kept
         cdef HttpRequest request
         cdef HttpExchange exchange
-        cdef str text
         if missing != 0 or self._pending is not None or not parse_request_head(p, n, &h):
             return None
         body_start = h.head_len + 4
         body_len = h.content_length if h.content_length > 0 else 0
         if n != body_start + body_len:
             return None  # body still to come, or a pipelined request after it
-        text = PyUnicode_DecodeLatin1(<const char*>p, h.head_len, NULL)
         request = HttpRequest(VERSIONS[h.minor], None, ts_ns, ts_ns, ts_ns, body_len)
         request.method = METHOD_NAMES[h.method]
         request.target = self._targets.get(p + h.target_off, h.target_len)
         if h.line_end < h.head_len:
-            request.headers = FieldBlock(
-                text, h.line_end + 2,
-                self._lengths.get(p + h.cl_off, h.cl_len) if h.content_length >= 0 else None,
-                None,
-            )
+            request.headers = self._request_heads.get(p, &h, self._lengths)
         if body_len and self.body_limit > 0:
             kept = body_len if body_len <= self.body_limit else self.body_limit
             request.body = data[body_start:body_start + kept]
@@ -420,12 +442,7 @@ cdef class FastHttp1Session:
         response.status = h.status
         response.reason = self._reasons.get(p + h.target_off, h.target_len)
         if h.line_end < h.head_len:
-            response.headers = FieldBlock(
-                PyUnicode_DecodeLatin1(<const char*>p, h.head_len, NULL),
-                h.line_end + 2,
-                self._lengths.get(p + h.cl_off, h.cl_len) if h.content_length >= 0 else None,
-                None,
-            )
+            response.headers = self._response_heads.get(p, &h, self._lengths)
         if in_data and self.body_limit > 0:
             kept = in_data if in_data <= self.body_limit else self.body_limit
             response.body = data[body_start:body_start + kept]
