@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 
 from otelbpf import __version__, gctune
@@ -326,7 +327,30 @@ def cmd_doctor() -> int:
 
 
 def preflight() -> bool:
-    """The doctor's checks, silently when all pass; the report when one fails."""
+    """The doctor's checks, silently when all pass; the report when one fails.
+
+    They run in a child process when this one has a single thread (as at start-up): a
+    test BPF compile and a search of every mapped library raise the memory high-water
+    mark by ~60 MB that the agent would otherwise keep as its peak RSS for life
+    (bench/README.md, "Agent memory"). What the checks change on the host (tracefs
+    mounted) outlives the child."""
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return _preflight_here()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: report, and exit without running the parent's exit handlers
+        ok = False
+        try:
+            ok = _preflight_here()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0 if ok else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def _preflight_here() -> bool:
     from otelbpf.doctor import failures, format_report, run_checks
 
     checks = run_checks()
