@@ -42,6 +42,12 @@ def compiled_modules() -> list[str]:
         return list(tomllib.load(f)["tool"]["otelbpf"]["compiled"])
 
 
+def fast_path_modules() -> list[str]:
+    """The compiled fast path's modules (``[tool.otelbpf] fast``): ``.pyx`` sources."""
+    with open(HERE / "pyproject.toml", "rb") as f:
+        return list(tomllib.load(f)["tool"]["otelbpf"].get("fast", []))
+
+
 def _required() -> bool:
     return bool(os.environ.get("CI")) or os.environ.get("OTELBPF_REQUIRE_COMPILED") == "1"
 
@@ -60,6 +66,9 @@ def extensions() -> list[Extension]:
         # except where the compiled path is required (CI, OTELBPF_REQUIRE_COMPILED=1)
         Extension(name, [name.replace(".", "/") + ".py"], optional=not required)
         for name in compiled_modules()
+    ] + [
+        Extension(name, [name.replace(".", "/") + ".pyx"], optional=not required)
+        for name in fast_path_modules()
     ]
     try:
         return cythonize(exts, build_dir="build/cython", compiler_directives=DIRECTIVES, quiet=True)

@@ -978,6 +978,7 @@ class Bench:
             export_dropped=stat(stats, "otelbpf.export.dropped"),
             parse_errors=stat(stats, "otelbpf.parse.errors"),
             spans_created=stat(stats, "otelbpf.spans.created"),
+            fast_path_exchanges=stat(stats, "otelbpf.fastpath.exchanges"),
             other_spans=spans["other_spans"],
         )
         window["loss_free"] = (
@@ -1044,6 +1045,9 @@ class Bench:
                     served=served, spans=spans, spans_per_request=round(spans / served, 4) if served else None,
                     export_dropped=sum(r["export_dropped"] for r in mr), loss_free_windows=sum(1 for r in mr if r["loss_free"]),
                 )
+                created = sum(r["spans_created"] for r in mr)
+                # the compiled fast path's share of the spans (otelbpf.fastpath.exchanges / otelbpf.spans.created)
+                entry["fast_path_share"] = round(sum(r["fast_path_exchanges"] for r in mr) / created, 4) if created else None
             out[m] = entry
         return out
 
@@ -1440,8 +1444,8 @@ class Bench:
             tax = cost.get("kernel_tax_us_per_request") or {}
             for m, e in cost["per_mode"].items():
                 rows.append([m, fmt(e["median_rps"]), fmt(e.get("median_agent_us_per_request"), ".1f"), fmt(e.get("median_agent_cores"), ".2f"), fmt(e["median_nginx_us_per_request"], ".1f"), fmt(tax.get(m), "+.1f"),
-                             fmt(e.get("spans_per_request"), ".4f"), fmt(e.get("events_lost"), ","), fmt(e.get("max_agent_vmhwm_mb"), ".0f")])
-            say(table(["mode", "req/s", "agent us/req", "agent cores", "nginx us/req", "kernel tax us/req", "spans/req", "ev lost", "VmHWM MB"], rows))
+                             fmt(e.get("spans_per_request"), ".4f"), fmt(e.get("fast_path_share"), ".3f"), fmt(e.get("events_lost"), ","), fmt(e.get("max_agent_vmhwm_mb"), ".0f")])
+            say(table(["mode", "req/s", "agent us/req", "agent cores", "nginx us/req", "kernel tax us/req", "spans/req", "fast share", "ev lost", "VmHWM MB"], rows))
         b = r.get("bpf")
         if b:
             say(f"\nBPF programs at {b['target_rps']:,} req/s (kernel.bpf_stats_enabled):")

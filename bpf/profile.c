@@ -35,7 +35,19 @@
 #define PROFILES 0
 #endif
 #if PROFILES
+#if defined(__x86_64__)
+/* The perf-event program's context (uapi/linux/bpf_perf_event.h, where regs is
+ * bpf_user_pt_regs_t, struct pt_regs on x86-64), declared here: through BCC's
+ * include paths that header pulls in most of the scheduler's headers, and the
+ * compile then costs the agent ~35 MB more peak memory (bench/README.md). */
+struct bpf_perf_event_data {
+    struct pt_regs regs;
+    __u64 sample_period;
+    __u64 addr;
+};
+#else
 #include <uapi/linux/bpf_perf_event.h>
+#endif
 
 #ifndef PROFILE_RING_PAGES
 #define PROFILE_RING_PAGES 2048

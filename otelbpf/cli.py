@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import time
 
 from otelbpf import __version__, gctune
@@ -206,6 +207,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
     run.add_argument("--max-connections", type=_positive_int, default=16384, help="connection table bound (default 16384)")
     run.add_argument(
+        "--no-fast-path",
+        action="store_true",
+        help="parse all traffic with the reference parsers, not the compiled fast path (docs/fastpath.md)",
+    )
+    run.add_argument(
         "--udp",
         action="store_true",
         help="also capture UDP datagrams (DDS/RTPS); needs per-syscall tracepoints, which tax every syscall on the host",
@@ -321,7 +327,30 @@ def cmd_doctor() -> int:
 
 
 def preflight() -> bool:
-    """The doctor's checks, silently when all pass; the report when one fails."""
+    """The doctor's checks, silently when all pass; the report when one fails.
+
+    They run in a child process when this one has a single thread (as at start-up): a
+    test BPF compile and a search of every mapped library raise the memory high-water
+    mark by ~60 MB that the agent would otherwise keep as its peak RSS for life
+    (bench/README.md, "Agent memory"). What the checks change on the host (tracefs
+    mounted) outlives the child."""
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return _preflight_here()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: report, and exit without running the parent's exit handlers
+        ok = False
+        try:
+            ok = _preflight_here()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0 if ok else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def _preflight_here() -> bool:
     from otelbpf.doctor import failures, format_report, run_checks
 
     checks = run_checks()
@@ -573,6 +602,15 @@ def cmd_run(args) -> int:
         return 2
     log.info("otelbpf: never traced: the agent; %s", exclusions.describe())
     options = SpanOptions(include_query=args.include_query_strings, capture_genai_content=args.capture_genai_content)
+    from otelbpf import fastpath
+
+    if args.no_fast_path:
+        fastpath.set_enabled(False)
+    log.info(
+        "otelbpf: HTTP/1 %s",
+        "on the compiled fast path" if fastpath.enabled()
+        else "through the reference parsers only (--no-fast-path, OTELBPF_FAST_PATH=0, or the fast path is not built)",
+    )
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
     if config.profiles.enabled:
         try:

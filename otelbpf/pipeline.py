@@ -238,6 +238,13 @@ class Pipeline:
                 self._deliver()
         for tick in self.tick_hooks:
             tick(self.last_ts_ns, False)
+        self._take_detector_counts()
+
+    def _take_detector_counts(self) -> None:
+        """What detectors counted during the batch (the fast path's share), into the self-metrics."""
+        for name, amount, label in self.registry.take_counts():
+            if amount:
+                self.counters.add(name, amount, label=label)
 
     def _on_data(self, event: DataEvent) -> None:
         flags = event.flags
@@ -321,6 +328,7 @@ class Pipeline:
         for tick in self.tick_hooks:
             tick(self.last_ts_ns, True)
         self._count_spans()
+        self._take_detector_counts()
         for hook in self.finish_hooks:
             hook()
 

@@ -79,6 +79,16 @@ class Registry:
                 out += take()
         return out
 
+    def take_counts(self) -> list[tuple[str, int, str]]:
+        """Self-metric increments detectors counted since the last call (``take_counts``:
+        the fast path's share of the traffic), as (name, amount, label)."""
+        out: list[tuple[str, int, str]] = []
+        for entry in self._protocols.values():
+            take = getattr(entry.detector, "take_counts", None)
+            if take is not None:
+                out += take()
+        return out
+
     def semantics(self, protocol: str) -> SpanSemantics | None:
         entry = self._protocols.get(protocol)
         return entry.semantics if entry is not None else None
@@ -93,8 +103,10 @@ class Registry:
         return found
 
 
-def default_registry() -> Registry:
-    """Every protocol otelbpf ships, in detection order."""
+def default_registry(fast_path: bool | None = None) -> Registry:
+    """Every protocol otelbpf ships, in detection order. ``fast_path``: HTTP/1 on the
+    compiled fast path (otelbpf.fastpath); None: wherever it is built and not turned off."""
+    from otelbpf import fastpath
     from otelbpf import semconv as sc
     from otelbpf.metrics import genai as genai_metrics
     from otelbpf.metrics import gpu as gpu_metrics
@@ -116,7 +128,10 @@ def default_registry() -> Registry:
     registry.register(
         Http2Detector(), http2_semantics.Http2Semantics(), http2_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS
     )
-    registry.register(Http1Detector(), http1_semantics.Http1Semantics(), http1_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS)
+    if fast_path is None:
+        fast_path = fastpath.enabled()
+    http1_detector = fastpath.FastHttp1Detector() if fast_path else Http1Detector()
+    registry.register(http1_detector, http1_semantics.Http1Semantics(), http1_metrics.INSTRUMENTS + genai_metrics.INSTRUMENTS)
     registry.register(RtpsDetector(), rtps_semantics.SEMANTICS, rtps_metrics.INSTRUMENTS)
     # CUDA and NCCL call spans (their semantics attach per pipeline: otelbpf.semantics.gpu)
     registry.register_call_instruments(sc.OTELBPF_SCOPE_CUDA, gpu_metrics.CUDA_INSTRUMENTS)

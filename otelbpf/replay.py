@@ -12,6 +12,7 @@ from os import PathLike
 
 from otelbpf.model import SpanRecord
 from otelbpf.pipeline import Pipeline, SpanConsumer
+from otelbpf.registry import default_registry
 from otelbpf.resources import ProcessResources
 from otelbpf.selfmetrics import Counters
 from otelbpf.sources.pcap import PcapSource, Perspective
@@ -39,13 +40,15 @@ def run_replay(
     resources: ProcessResources,
     counters: Counters,
     privacy: SpanOptions | None = None,
+    fast_path: bool = False,
 ) -> Pipeline:
     """Feed every event of ``source`` to a new pipeline, then finish it (open
     exchanges end at the last event). Returns the pipeline. A
     :class:`~otelbpf.sources.pcap.PcapError` midway (a corrupt record)
     propagates after the events before it were handled and the pipeline
-    finished."""
-    pipeline = Pipeline(consumer, resources, counters, privacy or SpanOptions())
+    finished. ``fast_path``: HTTP/1 on the compiled fast path (the differential tests)."""
+    registry = default_registry(fast_path=fast_path)
+    pipeline = Pipeline(consumer, resources, counters, privacy or SpanOptions(), registry=registry)
     genai.attach(pipeline)  # LLM API calls on HTTP/1 get GenAI spans, as in the live agent
     batch: list = []
     try:
@@ -72,11 +75,13 @@ def replay_spans(
     path: str | PathLike[str],
     perspective: Perspective = "server",
     privacy: SpanOptions | None = None,
+    fast_path: bool = False,
+    counters: Counters | None = None,
 ) -> tuple[list[SpanRecord], PcapSource]:
     """Replay the capture at ``path`` and return the spans, in the order the
     pipeline ended them, with the source (its ``endpoints`` name each span's
     ``pid``; its ``stats`` count what was read)."""
     source = PcapSource(path, perspective=perspective)
     collected = _Collect()
-    run_replay(source, collected, replay_resources(source), Counters(), privacy)
+    run_replay(source, collected, replay_resources(source), counters or Counters(), privacy, fast_path)
     return collected.spans, source

@@ -20,7 +20,6 @@ once a second) and every ``rescan_interval_s`` (5 s).
 
 from __future__ import annotations
 
-import mmap
 import os
 import re
 
@@ -43,14 +42,33 @@ def file_contains(path: str, hint: bytes, max_bytes: int = MAX_SEARCHED_BYTES) -
                 return _searched[key]
             found = False
             if 0 < st.st_size <= max_bytes:
-                with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-                    found = data.find(hint) >= 0
+                found = _stream_contains(f, hint)
     except (OSError, ValueError):
         return False
     if len(_searched) > 4096:
         _searched.clear()
     _searched[key] = found
     return found
+
+
+#: Bytes read at a time when searching a file.
+_SEARCH_CHUNK = 1 << 20
+
+
+def _stream_contains(f, hint: bytes) -> bool:
+    """Whether the rest of ``f`` contains ``hint``, read a MiB at a time. Not an mmap of
+    the whole file: a search of every library a process maps (the agent's own 100 MB
+    libLLVM included) would leave the pages it touched in the agent's peak RSS."""
+    keep = len(hint) - 1
+    tail = b""
+    while True:
+        chunk = f.read(_SEARCH_CHUNK)
+        if not chunk:
+            return False
+        window = tail + chunk if tail else chunk  # a hint may straddle two reads
+        if window.find(hint) >= 0:
+            return True
+        tail = chunk[-keep:] if keep > 0 else b""
 
 
 def is_candidate(path: str, mapped: str, name: re.Pattern | None, hint: bytes = b"", max_bytes: int = MAX_SEARCHED_BYTES) -> bool:

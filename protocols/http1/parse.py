@@ -314,6 +314,21 @@ class HttpParser:
         """Bytes held for the message in progress (partial head plus captured body)."""
         return len(self._buffer) + self._captured
 
+    def at_rest(self) -> bool:
+        """Between messages with nothing carried over: no message in progress, no
+        partial head or chunk line buffered, no 1xx response waiting for its
+        final one, no response method expected, framing intact. A session in this
+        state can be replaced by a fresh one (otelbpf/fastpath hands connections
+        back and forth at such points)."""
+        return (
+            self._state == _HEAD
+            and self._message is None
+            and not self._buffer
+            and not self._informational
+            and not self._expected_methods
+            and not self._expected_taps
+        )
+
     def expect_response_to(self, method: str, tap: BodyTap | None = None) -> None:
         """Tell a response parser that a request with ``method`` was sent.
 

@@ -80,6 +80,26 @@ class Http1Session:
         """Malformed bytes skipped by either parser, plus responses with no request."""
         return self._requests.parse_errors + self._responses.parse_errors + self._stitch_errors
 
+    def at_rest(self) -> bool:
+        """No exchange open and both parsers between messages (``HttpParser.at_rest``):
+        what a fresh session would be, but for the counts of what was skipped."""
+        return (
+            not self._pending
+            and self._answering is None
+            and not self._tunnelled
+            and self._requests.at_rest()
+            and self._responses.at_rest()
+        )
+
+    def adopt_pending(self, exchange: HttpExchange) -> None:
+        """Continue a connection whose ``exchange`` was started elsewhere (its request
+        fully read, no response byte seen yet), as if this session had started it:
+        the next final response answers it. For a session taking over from the
+        compiled fast path (otelbpf/fastpath) at a message boundary."""
+        self._pending.append(exchange)
+        self._requesting = exchange
+        self._responses.expect_response_to(exchange.request.method)
+
     def feed(self, direction: Direction, data: bytes, ts_ns: int, missing: int = 0) -> list[SessionEvent]:
         out: list[SessionEvent] = []
         if self._tunnelled:
