@@ -204,6 +204,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_exclusion_options(run)
     run.add_argument("--duration", type=_positive_float, metavar="SECONDS", help="stop after this long, flushing everything")
     run.add_argument("--capture-bytes", type=_positive_int, default=4096, metavar="N", help="payload bytes captured per syscall (64..8192, default 4096)")
+    run.add_argument(
+        "--no-whole-capture",
+        action="store_true",
+        help="keep the --capture-bytes prefix of every read and write, even on connections carrying LLM calls"
+        " (whole capture of their bursts keeps usage intact; docs/genai.md)",
+    )
     run.add_argument("--ring-buffer-mb", type=_positive_int, default=16, metavar="MB", help="kernel ring buffer size, a power of two (default 16)")
     run.add_argument("--max-connections", type=_positive_int, default=16384, help="connection table bound (default 16384)")
     run.add_argument(
@@ -553,6 +559,7 @@ def cmd_run(args) -> int:
         comms=args.comm,
         trace_all=args.all,
         capture_bytes=args.capture_bytes,
+        whole_capture=not args.no_whole_capture,
         ring_buffer_mb=args.ring_buffer_mb,
         capture_unix=not args.no_unix_sockets,
         capture_udp=args.udp,
@@ -667,6 +674,9 @@ def cmd_run(args) -> int:
 
         TraceContextPublisher(ebpf.table("traces_ctx_v1")).attach(pipeline.linker)
     gctune.tune()  # start-up is over: fewer cycle collections on the hot path (otelbpf/gctune.py)
+    from otelbpf.sources.memory import trim_heap
+
+    trim_heap()  # and what start-up allocated and freed goes back to the kernel (otelbpf/sources/memory.py)
     log.info("otelbpf: tracing, %d probes attached (%.1fs)", probes, time.monotonic() - started)
     try:
         agent.run(args.duration)

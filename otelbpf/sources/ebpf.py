@@ -39,6 +39,7 @@ from otelbpf.sources.ebpf_layout import (
 )
 from otelbpf.sources import btf
 from otelbpf.sources.early_tuples import EarlyTuples
+from otelbpf.sources.memory import release_compiler_memory
 from otelbpf.sources.uprobes import Attachment, ProbeSpec, UprobeAttacher
 from otelbpf.profiles.sampler import ProfileConfig, ProfileSampler
 
@@ -379,6 +380,8 @@ class EbpfSource:
                     " programs (Linux >= 5.15 with BTF, /sys/kernel/btf/vmlinux)"
                 )
             raise CaptureError(f"loading the eBPF program failed: {exc}{hint} (run `otelbpf doctor`)") from exc
+        # The compiler is idle from here on: give back its pages and malloc's free memory (~100 MB of RSS)
+        log.debug("after the compile: %d kB of compiler pages dropped", release_compiler_memory())
         log.info(
             "syscall registers: read %s",
             "by plain loads from bpf_task_pt_regs" if self.regs_read == "load" else "with bpf_probe_read_kernel",
