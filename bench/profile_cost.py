@@ -9,6 +9,8 @@ the modes in turn on a fresh service and a fresh agent:
   off    the agent tracing the service with --no-profiles (the baseline)
   p19    the same with profiles at 19 Hz (the default)
   p99    the same at 99 Hz
+  p999   the same at 999 Hz: ten times the samples of p99, so the agent's cost per sample
+         is measured over thousands of them, not lost in its per-run fixed costs
   (none  no agent at all, with --with-none)
 
 and reports per mode (medians over rounds; ratios pair by pair within a round):
@@ -19,11 +21,23 @@ and reports per mode (medians over rounds; ratios pair by pair within a round):
                                     during the window: two clock reads per BPF run) per run
                                     (most runs are the filter rejecting other processes) and
                                     all of it per sample taken
-  agent us/sample                   agent CPU (user+sys) over the window, minus the
-                                    same round's `off` agent CPU, per sample
+  agent us/sample                   agent CPU (user+sys, every thread) from the start of the
+                                    load to the agent's exit (the samples still held are
+                                    exported at exit: part of their cost), minus the same
+                                    round's `off` agent CPU scaled to this run's requests,
+                                    per sample
   agent peak RSS                    VmHWM of the agent at the end
 
-    sudo .venv/bin/python bench/profile_cost.py --rounds 3 --duration 8
+and, per pair of profiled modes, the agent CPU per extra sample between them in a round
+(what one more sample costs, without the per-run fixed costs: opening the process's
+modules, naming each code object and each PC the first time).
+
+--service spin runs the same Python code in a loop under as deep a stack, and sends no
+requests: the agent has nothing but the samples to handle, so the `off` subtraction does
+not carry the tracing's run-to-run spread (tens of microseconds per request).
+
+    sudo .venv/bin/python bench/profile_cost.py --rounds 3 --duration 10
+    sudo .venv/bin/python bench/profile_cost.py --rounds 3 --duration 10 --service spin
 """
 
 from __future__ import annotations
@@ -68,7 +82,37 @@ server = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
 print("listening", flush=True)
 server.serve_forever()
 '''
-MODES = {"off": ["--no-profiles"], "p19": ["--profile-hz", "19"], "p99": ["--profile-hz", "99"]}
+#: --service spin: the same Python code, called in a loop under as deep a stack as the
+#: server's, and no requests: the agent has nothing to trace but the stack samples, so its
+#: CPU beyond the `off` run is the profiles' alone (the HTTP service's tracing varies by
+#: tens of microseconds per request between runs, which a per-sample figure inherits).
+SPINNER = r'''
+import sys
+def burn(n):
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+def handle():
+    return burn(int(sys.argv[2]))
+def serve(depth):
+    if depth:
+        return serve(depth - 1)
+    while True:
+        handle()
+print("listening", flush=True)
+serve(int(sys.argv[1]))
+'''
+SPIN_DEPTH = 10
+MODES = {
+    "off": ["--no-profiles"],
+    "p19": ["--profile-hz", "19"],
+    "p99": ["--profile-hz", "99"],
+    # per-sample cost dominates the agent's CPU here: the marginal against `off` is measured
+    # over ~10x the samples of p99, so the fixed per-run costs weigh 10x less per sample
+    "p999": ["--profile-hz", "999"],
+}
+DEFAULT_MODES = "off,p19,p99,p999"
 
 
 def free_port() -> int:
@@ -78,6 +122,22 @@ def free_port() -> int:
 
 
 def cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of ``pid`` now, in seconds, at nanosecond resolution
+    (schedstat's sum_exec_runtime; /proc/PID/stat's ticks are 10 ms); ticks where
+    schedstat is missing."""
+    total, seen = 0, False
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        tids = []
+    for tid in tids:
+        try:
+            total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            seen = True
+        except (OSError, ValueError, IndexError):
+            pass
+    if seen:
+        return total / 1e9
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -87,8 +147,9 @@ def peak_rss_mb(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else 0.0
 
 
-def start_service(port: int, work: int) -> subprocess.Popen:
-    proc = subprocess.Popen([PYTHON, "-c", SERVICE, str(port), str(work)], stdout=subprocess.PIPE, text=True)
+def start_service(port: int, work: int, spin: bool = False) -> subprocess.Popen:
+    argv = [PYTHON, "-c", SPINNER, str(SPIN_DEPTH), str(work)] if spin else [PYTHON, "-c", SERVICE, str(port), str(work)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "listening"
     return proc
 
@@ -112,14 +173,17 @@ def start_agent(pid: int, extra: list[str], out: Path) -> subprocess.Popen:
     raise RuntimeError(f"agent did not start: {agent.wait()}")
 
 
-def stop_agent(agent: subprocess.Popen) -> dict:
+def stop_agent(agent: subprocess.Popen) -> tuple[dict, float]:
+    """Stops the agent (SIGINT: it exports what it holds and exits); its stats and
+    the CPU seconds it used in its whole life (wait4's rusage, microseconds)."""
     agent.send_signal(signal.SIGINT)
     stats = {}
     for line in agent.stderr:
         if line.startswith("otelbpf: stats "):
             stats = json.loads(line[len("otelbpf: stats ") :])
-    agent.wait(timeout=60)
-    return stats
+    _, status, usage = os.wait4(agent.pid, 0)
+    agent.returncode = os.waitstatus_to_exitcode(status)
+    return stats, usage.ru_utime + usage.ru_stime
 
 
 def wrk(port: int, seconds: float) -> float:
@@ -132,7 +196,8 @@ def wrk(port: int, seconds: float) -> float:
 
 def run_mode(mode: str, args, out: Path) -> dict:
     port = free_port()
-    service = start_service(port, args.work)
+    spin = args.service == "spin"
+    service = start_service(port, args.work, spin)
     agent = None
     try:
         if mode != "none":
@@ -140,17 +205,23 @@ def run_mode(mode: str, args, out: Path) -> dict:
         time.sleep(0.5)
         before_cpu = cpu_seconds(agent.pid) if agent else 0.0
         before_bpf = snapshot(agent.pid) if agent else {}
-        rate = wrk(port, args.duration)
+        if spin:
+            time.sleep(args.duration)
+            rate = None
+        else:
+            rate = wrk(port, args.duration)
         result = {"mode": mode, "rps": rate}
         if agent:
-            result["agent_cpu_s"] = cpu_seconds(agent.pid) - before_cpu
             bpf = delta(before_bpf, snapshot(agent.pid))
             sample_prog = [p for p in bpf["programs"] if p["name"].startswith("profile_on_cpu")]
             result["bpf_runs"] = sum(p["runs"] for p in sample_prog)
             result["bpf_ns"] = sum(p["ns"] for p in sample_prog)
             result["peak_rss_mb"] = peak_rss_mb(agent.pid)
-            stats = stop_agent(agent)
+            stats, total_cpu = stop_agent(agent)
             agent = None
+            # to the agent's exit: the samples still held are exported at exit, and that is
+            # part of their cost (the export interval, 10 s, is longer than the run)
+            result["agent_cpu_s"] = total_cpu - before_cpu
             result["samples"] = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.samples{"))
             result["lost"] = stats.get("otelbpf.profiles.lost", 0)
         return result
@@ -166,24 +237,54 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def marginal_us(row: dict, off: dict) -> float | None:
+    """The agent's CPU per sample in ``row`` beyond what tracing alone costs: the
+    same round's `off` agent CPU per request, scaled to ``row``'s requests (a mode
+    that slows the service also gives the agent fewer requests to trace)."""
+    if not row.get("samples"):
+        return None
+    return (row["agent_cpu_s"] - _tracing_cpu(row, off)) * 1e6 / row["samples"]
+
+
+def _tracing_cpu(row: dict, off: dict) -> float:
+    """The agent CPU of ``row``'s run that is not the profiles': the `off` run's, per request
+    when there are requests (--service spin has none)."""
+    if row.get("rps") and off.get("rps"):
+        return off["agent_cpu_s"] * row["rps"] / off["rps"]
+    return off["agent_cpu_s"]
+
+
+def slope_us(low: dict, high: dict, off: dict) -> float | None:
+    """The agent's CPU per sample between two rates of one round: what each extra
+    sample costs, without the per-run fixed costs (opening the process's modules,
+    naming its code objects the first time, loading the kernel's symbols) that
+    weigh on the per-sample figure of a short run at a low rate."""
+    if not high.get("samples") or high["samples"] <= low.get("samples", 0):
+        return None
+    extra = [row["agent_cpu_s"] - _tracing_cpu(row, off) for row in (low, high)]
+    return (extra[1] - extra[0]) * 1e6 / (high["samples"] - low["samples"])
+
+
 def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
     lines = ["mode   req/s     x off   samples  lost  BPF ns/run  BPF ns/sample  agent us/sample  agent peak RSS MB"]
     for mode in modes:
         rows = [r[mode] for r in rounds]
-        ratio = median([r[mode]["rps"] / r["off"]["rps"] for r in rounds])
-        us = median([
-            (r[mode]["agent_cpu_s"] - r["off"]["agent_cpu_s"]) * 1e6 / r[mode]["samples"]
-            for r in rounds if mode not in ("off", "none") and r[mode].get("samples")
-        ])  # fmt: skip
+        ratio = median([r[mode]["rps"] / r["off"]["rps"] for r in rounds if r[mode]["rps"] and r["off"]["rps"]])
+        us = median([marginal_us(r[mode], r["off"]) for r in rounds if mode not in ("off", "none")])
         per_run = median([row["bpf_ns"] / row["bpf_runs"] for row in rows if row.get("bpf_runs")])
         bpf = median([row["bpf_ns"] / row["samples"] for row in rows if row.get("samples")])
         lines.append(
-            f"{mode:<6} {median([row['rps'] for row in rows]):>8.1f}  {ratio:>6.3f}  "
+            f"{mode:<6} {median([row['rps'] for row in rows]) or float('nan'):>8.1f}  {ratio or float('nan'):>6.3f}  "
             f"{median([row.get('samples') for row in rows]) or 0:>7.0f}  {median([row.get('lost') for row in rows]) or 0:>4.0f}  "
             f"{per_run if per_run is not None else float('nan'):>10.0f}  "
             f"{bpf if bpf is not None else float('nan'):>13.0f}  {us if us is not None else float('nan'):>15.1f}  "
             f"{median([row.get('peak_rss_mb') for row in rows]) or 0:>17.0f}"
         )
+    profiled = [mode for mode in modes if mode not in ("off", "none")]
+    for low, high in zip(profiled, profiled[1:]):
+        slopes = [slope_us(r[low], r[high], r["off"]) for r in rounds]
+        values = ", ".join(f"{v:.1f}" for v in slopes if v is not None)
+        lines.append(f"agent us per extra sample, {low} -> {high}: {median(slopes) or float('nan'):.1f} (rounds: {values})")
     return "\n".join(lines)
 
 
@@ -193,15 +294,23 @@ def main() -> int:
     p.add_argument("--duration", type=float, default=8.0, help="seconds of load per run (default 8)")
     p.add_argument("--work", type=int, default=40000, help="loop iterations per request (~1 ms on this VM)")
     p.add_argument("--with-none", action="store_true", help="also run without any agent")
+    p.add_argument("--modes", default=DEFAULT_MODES, help=f"comma-separated, `off` first (default {DEFAULT_MODES})")
+    p.add_argument("--service", choices=("http", "spin"), default="http",
+                   help="http: the HTTP service under wrk (default); spin: the same code in a loop, no requests "
+                   "(the agent's per-sample CPU without the tracing's run-to-run spread)")
     p.add_argument("--output", choices=sorted(OUTPUTS), default="json", help="where profiles go (default json: OTLP JSON lines)")
     p.add_argument("--json", metavar="PATH", help="write every run's figures here")
     args = p.parse_args()
-    if os.geteuid() != 0 or not shutil.which("wrk"):
+    if os.geteuid() != 0 or (args.service == "http" and not shutil.which("wrk")):
         print("profile_cost: run as root, with wrk installed (scripts/install.sh)", file=sys.stderr)
         return 2
     global OUTPUT
     OUTPUT = args.output
-    modes = (["none"] if args.with_none else []) + list(MODES)
+    modes = [m for m in args.modes.split(",") if m]
+    if not modes or modes[0] != "off" or any(m not in MODES for m in modes):
+        print(f"profile_cost: --modes: `off` first, then any of {', '.join(MODES)}", file=sys.stderr)
+        return 2
+    modes = (["none"] if args.with_none else []) + modes
     rounds = []
     previous = set_stats(True)
     try:

@@ -1,6 +1,7 @@
 """Real eBPF, real processes: CPU and off-CPU profiles of traced processes, end to end.
 
-One agent run (module fixture ``run``) traces every target at once with
+One agent run (module fixture ``run``, with OTELBPF_PROFILES_VERIFY_UNWIND=1: every
+sample is also unwound by libdw alone, and differences counted) traces every target at once with
 ``--pid``: a C call chain built here without frame pointers, a spinning
 CPython under each interpreter on the machine, Python -> ctypes qsort ->
 Python callback, a thread started after attach, a thread sleeping and one
@@ -40,6 +41,7 @@ from conftest import ROOT, AgentProcess
 from otlp_receiver import OtlpReceiver, attributes_dict
 
 from otelbpf.profiles.export import read_profiles_json_file
+from otelbpf.profiles.stacks import VERIFY_ENV as VERIFY_UNWIND
 
 pytestmark = pytest.mark.ebpf
 
@@ -315,7 +317,7 @@ def run(tmp_path_factory) -> Run:
                 "--profiles-json-file", str(out / "profiles.jsonl"),
                 "--pprof-dir", str(out / "pprof"),
                 "--flamegraph", str(out / "flame.html"),
-            ])  # fmt: skip
+            ], env={VERIFY_UNWIND: "1"})  # fmt: skip
             try:
                 ready = time.monotonic()
                 targets["late"].proc.stdin.write("go\n")
@@ -364,6 +366,18 @@ def run(tmp_path_factory) -> Run:
 
 
 # --- 1. native: DWARF CFI through a chain without frame pointers --------------------------------
+
+
+def test_cached_unwinder_agrees_with_libdw_alone_on_every_live_sample(run: Run, capsys) -> None:
+    """Every stack BPF copied in the run (C, CPython 3.10-3.13, ctypes, threads, off-CPU,
+    PyTorch where installed) was also unwound by libdw alone: same frames, names and stop."""
+    verified = run.stats.get("otelbpf.profiles.unwind.verified", 0)
+    samples = sum(v for k, v in run.stats.items() if k.startswith("otelbpf.profiles.samples{"))
+    with capsys.disabled():
+        print(f"\nunwinder verified against libdw alone: {verified} live samples ({samples} taken)")
+    assert verified >= 500 and verified >= samples // 2, run.stats
+    assert run.stats.get("otelbpf.profiles.unwind.verify_mismatches", 0) == 0, run.stats
+
 
 
 def test_c_chain_without_frame_pointers_unwinds_whole(run: Run) -> None:

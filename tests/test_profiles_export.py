@@ -383,3 +383,58 @@ def test_merging_counts_each_identity_once() -> None:
 
 def _fields(sample: Sample) -> dict[str, Any]:
     return {name: getattr(sample, name) for name in Sample.__slots__}
+
+
+# --- (e) encoding cost: shared stack tuples, cached hashes, the JSON fast path --------------------
+
+
+def test_json_document_is_protobufs_json_mapping() -> None:
+    """The samples and links written by hand come out as json_format writes them, key order included."""
+    import json as _json
+
+    from google.protobuf import json_format
+
+    from otelbpf.profiles.export import _base64_to_hex, _convert_ids, profiles_document
+
+    samples = make_samples() + [
+        Sample(GPU_ALLOC, 100, 103, T0 + 30, (COMPUTE, OUTER), (4096, 1024), "gpu", TRACE_B, SPAN_A),
+        Sample(CPU, 100, 101, T0 + 31, (), (1,), "worker"),
+    ]
+    request = encode_profiles(samples, RESOURCES)
+    reference = json_format.MessageToDict(request, use_integers_for_enums=True)
+    _convert_ids(reference, _base64_to_hex)
+    document = profiles_document(request)
+    assert _json.dumps(document) == _json.dumps(reference)
+    assert len(document["dictionary"]["linkTable"]) == 4  # the zero entry and three links
+
+
+def test_shared_stack_tuples_encode_as_equal_ones() -> None:
+    """The stack builder hands one tuple per distinct stack; the encoders count it by identity, and
+    a tuple equal to it but not the same object lands on the same entries."""
+    from otelbpf.profiles.flamegraph import FlameGraph
+    from otelbpf.profiles.pprof import pprof_profiles
+
+    stack = (MEMCPY, INNER, OUTER)
+    shared = [Sample(CPU, 100, 101, T0 + i, stack, (1,), "worker", TRACE_A, SPAN_A) for i in range(4)]
+    copies = [Sample(CPU, 100, 101, T0 + i, tuple(list(stack)), (1,), "worker", TRACE_A, SPAN_A) for i in range(4)]
+    a, b = encode_profiles(shared, RESOURCES), encode_profiles(copies, RESOURCES)
+    a.resource_profiles[0].scope_profiles[0].profiles[0].profile_id = b""
+    b.resource_profiles[0].scope_profiles[0].profiles[0].profile_id = b""
+    assert a == b and len(a.dictionary.stack_table) == 2
+    assert pprof_profiles(shared, RESOURCES) == pprof_profiles(copies, RESOURCES)
+    graph_a, graph_b = FlameGraph(), FlameGraph()
+    graph_a.add(shared, RESOURCES)
+    graph_b.add(copies, RESOURCES)
+    assert graph_a.document()["stacks"] == graph_b.document()["stacks"]
+
+
+def test_frame_hash_is_cached_and_survives_pickling() -> None:
+    import dataclasses
+    import pickle
+
+    frame = Frame(FRAME_NATIVE, "read", "", 0, 0x7F3A00054321, LIBC)
+    twin = Frame(FRAME_NATIVE, "read", "", 0, 0x7F3A00054321, Mapping(*dataclasses.astuple(LIBC)[:5]))
+    assert frame == twin and hash(frame) == hash(twin) and frame._hash  # kept after the first hash
+    back = pickle.loads(pickle.dumps(frame))
+    assert back == frame and hash(back) == hash(frame) and {frame: 1}[back] == 1
+    assert "_hash" not in repr(frame) and dataclasses.replace(frame, line=3) != frame

@@ -234,7 +234,7 @@ def _code_ranges(pid: int) -> list[tuple[int, int]]:
 def fuzz_target(built):
     proc = subprocess.Popen([str(built["chain"])])
     time.sleep(0.3)
-    yield proc.pid, _code_ranges(proc.pid), NativeUnwinder()
+    yield proc.pid, _code_ranges(proc.pid), NativeUnwinder(), NativeUnwinder(fast=False)
     proc.kill()
     proc.wait()
 
@@ -247,7 +247,7 @@ _word = st.integers(0, 2**64 - 1)
 def test_garbage_never_crashes_or_runs_away(fuzz_target, data):
     """Random registers and stack bytes, with PCs and stack words often pointing
     into real code so that libdw actually evaluates CFI on them."""
-    pid, ranges, unwinder = fuzz_target
+    pid, ranges, unwinder, alone = fuzz_target
     code = st.sampled_from(ranges).flatmap(lambda r: st.integers(r[0], r[1] - 1))
     stack_addr = data.draw(_word | st.integers(0x7FF000000000, 0x7FFFFFFFF000))
     near = st.integers(stack_addr, min(stack_addr + 4096, 2**64 - 1))
@@ -262,6 +262,8 @@ def test_garbage_never_crashes_or_runs_away(fuzz_target, data):
     assert time.monotonic() - started < 1.0
     real = [f for f in result.frames if f.kind != FRAME_MARKER]
     assert len(real) <= max_frames and len(result.frames) - len(real) == (not result.complete)
+    # the rule and symbol caches give what libdw alone gives, garbage included
+    assert alone.unwind(pid, regs, stack_addr, stack, max_frames) == result
 
 
 def _wait_mapped(pid: int, path: str) -> None:
@@ -334,3 +336,89 @@ def test_speed_report(built, spawn, capsys):
     depth = len(unwinder.unwind(pid, *samples[0]).frames)
     with capsys.disabled():
         print(f"\nnative unwind, python3 ({depth} frames): cold {cold * 1e3:.1f} ms, warm {warm * 1e6:.1f} us/sample")
+
+
+# --- the caches against libdw alone -----------------------------------------------------
+
+
+def _differential(pid: int, snapshots, tids=None) -> NativeUnwinder:
+    """Each snapshot unwound by the cached unwinder (twice: first sight, then from its
+    caches) and by libdw alone (fast=False: libdw's walk and its symbol look-ups)
+    gives the same frames, names and stop reason."""
+    cached, alone = NativeUnwinder(), NativeUnwinder(fast=False)
+    for snap in snapshots:
+        expected = alone.unwind(pid, *snap)
+        assert cached.unwind(pid, *snap) == expected, (names(expected), expected.reason)
+    for snap in snapshots:
+        assert cached.unwind(pid, *snap) == alone.unwind(pid, *snap)
+    assert alone.stats["walks:fast"] == 0 and alone.stats.get("walks:symbol_index_hits", 0) == 0
+    return cached
+
+
+def _snapshots(pid: int, count: int, tid: int | None = None) -> list:
+    out = []
+    for _ in range(count):
+        out.append(snapshot(pid, tid))
+        time.sleep(0.003)
+    return out
+
+
+def test_cached_unwinder_gives_libdws_frames_for_c_and_cpp(built, spawn):
+    for argv, tid in (([str(built["chain"])], None), ([str(built["chain"]), "thread"], "other"),
+                      ([str(built["worker"])], None), ([str(built["nocfi"])], None)):  # fmt: skip
+        pid = spawn(*argv).pid
+        snaps = _snapshots(pid, 20, _other_thread(pid) if tid else None)
+        cached = _differential(pid, snaps)
+        assert cached.stats["walks:fast"] >= 20, cached.stats  # the walks ran on the rule cache
+
+
+@pytest.mark.parametrize("python", PYTHONS)
+def test_cached_unwinder_gives_libdws_frames_for_cpython(python, spawn):
+    """A stripped interpreter (Debian's python3: .dynsym only) has unnamed functions: the
+    symbol index answers "no symbol" for them as libdw does, and names the rest."""
+    if not os.path.exists(python):
+        pytest.skip(f"{python} is not installed")
+    pid = spawn(python, "-c", PY_SPIN).pid
+    cached = _differential(pid, _snapshots(pid, 40))
+    stats = cached.stats
+    assert stats["complete"] == 80 and stats["walks:fast"] == 80, stats
+    assert stats["walks:symbol_index_hits"] + stats["walks:symbol_range_hits"] > 0, stats
+
+
+def test_same_walk_same_tuple_and_verify_counts(built, spawn):
+    pid = spawn(str(built["chain"])).pid
+    snap = snapshot(pid)
+    unwinder = NativeUnwinder(verify=True)
+    first, again = unwinder.unwind(pid, *snap), unwinder.unwind(pid, *snap)
+    assert first.frames is again.frames  # interned: the encoders count it by identity
+    assert unwinder.stats["verified"] == 2 and unwinder.stats.get("verify_mismatches", 0) == 0
+
+
+def test_pt_regs_bytes_are_read_like_dwarf_registers(built, spawn):
+    """The decoder hands the unwinder struct pt_regs as BPF copied it (bytes)."""
+    import struct
+
+    from otelbpf.profiles.records import _X86_64_PT_REGS_TO_DWARF
+
+    pid = spawn(str(built["chain"])).pid
+    regs, sp, stack = snapshot(pid)
+    pt_regs = [0] * 21
+    for word, dwarf in _X86_64_PT_REGS_TO_DWARF.items():
+        pt_regs[word] = regs[dwarf]
+    unwinder = NativeUnwinder()
+    assert unwinder.unwind(pid, struct.pack("<21Q", *pt_regs), sp, stack) == unwinder.unwind(pid, regs, sp, stack)
+    with pytest.raises(ValueError):
+        unwinder.unwind(pid, b"\0" * 8, sp, stack)
+
+
+def test_refresh_drops_the_rule_and_symbol_caches(built, spawn):
+    pid = spawn(str(built["chain"])).pid
+    snap = snapshot(pid)
+    unwinder = NativeUnwinder()
+    before = unwinder.unwind(pid, *snap)
+    misses = unwinder.stats["walks:rule_misses"]
+    unwinder.unwind(pid, *snap)
+    assert unwinder.stats["walks:rule_misses"] == misses  # cached
+    unwinder.refresh(pid)
+    after = unwinder.unwind(pid, *snap)
+    assert unwinder.stats["walks:rule_misses"] == 2 * misses and after == before and after.frames is not before.frames

@@ -58,6 +58,12 @@ class Dictionary:
         self.message = pb.ProfilesDictionary()
         self._strings: dict[str, int] = {}
         self._index: dict[tuple, int] = {}
+        #: id(frames tuple or frame) -> (that object, its index): samples share stack tuples and
+        #: frames (otelbpf.profiles.stacks), so most are found without hashing their frames
+        self._by_id: dict[int, tuple[Any, int]] = {}
+        #: (tid, thread name) -> attribute indices; (trace id, span id) -> link index
+        self._threads: dict[tuple[int, str], tuple[int, ...]] = {}
+        self._links: dict[tuple[Any, Any], int] = {}
         self.string("")
         for table in ("mapping_table", "location_table", "function_table", "link_table", "attribute_table", "stack_table"):
             getattr(self.message, table).add()  # the zero entry every table starts with
@@ -120,23 +126,34 @@ class Dictionary:
         return self._intern(("function", name, filename), self.message.function_table, build)
 
     def location(self, frame: Frame) -> int:
+        known = self._by_id.get(id(frame))
+        if known is not None and known[0] is frame:
+            return known[1]
+
         def build(entry: Any) -> None:
             entry.mapping_index = self.mapping(frame.mapping)
             entry.address = frame.address
             entry.lines.add(function_index=self.function(frame.function, frame.file), line=frame.line)
             entry.attribute_indices.append(self.attribute(FRAME_TYPE, frame.kind))
 
-        return self._intern(("location", frame), self.message.location_table, build)
+        index = self._intern(("location", frame), self.message.location_table, build)
+        self._by_id[id(frame)] = (frame, index)  # holds the frame: its id stays its own
+        return index
 
     def stack(self, frames: Sequence[Frame]) -> int:
         if not frames:
             return 0
+        known = self._by_id.get(id(frames))
+        if known is not None and known[0] is frames:
+            return known[1]
         locations = tuple(self.location(frame) for frame in frames)
 
         def build(entry: Any) -> None:
             entry.location_indices.extend(locations)
 
-        return self._intern(("stack", locations), self.message.stack_table, build)
+        index = self._intern(("stack", locations), self.message.stack_table, build)
+        self._by_id[id(frames)] = (frames, index)
+        return index
 
 
 def encode_profiles(
@@ -210,26 +227,43 @@ def _fill_profile(
     profile.period = profile_type.period
     profile.time_unix_nano, profile.duration_nano = window
     profile.profile_id = os.urandom(16)
-    merged: dict[tuple, Any] = {}
+    # one Sample per identity, added whole: field by field, the protobuf calls were most of the cost
+    merged: dict[tuple, tuple[list[int], list[int]]] = {}
     for sample in samples:
         identity = sample_identity(sample, dictionary)
-        out = merged.get(identity)
-        if out is None:
-            out = merged[identity] = profile.samples.add()
-            out.stack_index, out.link_index = identity[0], identity[1]
-            out.attribute_indices.extend(identity[2])
-        out.values.append(_value(sample, value_index))
-        out.timestamps_unix_nano.append(sample.time_unix_nano)
+        lists = merged.get(identity)
+        if lists is None:
+            lists = merged[identity] = ([], [])
+        lists[0].append(_value(sample, value_index))
+        lists[1].append(sample.time_unix_nano)
+    add = profile.samples.add
+    for (stack, link, attributes), (values, timestamps) in merged.items():
+        add(stack_index=stack, link_index=link, attribute_indices=attributes, values=values,
+            timestamps_unix_nano=timestamps)  # fmt: skip
 
 
 def sample_identity(sample: Sample, dictionary: Dictionary) -> tuple[int, int, tuple[int, ...]]:
     """(stack index, link index, sorted attribute indices): the proto's key for merging samples."""
-    attributes = [dictionary.attribute(THREAD_ID, sample.tid)]
-    if sample.thread_name:
-        attributes.append(dictionary.attribute(THREAD_NAME, sample.thread_name))
-    attributes.extend(dictionary.attribute(key, value) for key, value in sample.attributes.items() if value is not None)
+    thread = (sample.tid, sample.thread_name)
+    attributes = dictionary._threads.get(thread)
+    if attributes is None:
+        indices = [dictionary.attribute(THREAD_ID, sample.tid)]
+        if sample.thread_name:
+            indices.append(dictionary.attribute(THREAD_NAME, sample.thread_name))
+        attributes = dictionary._threads[thread] = tuple(sorted(set(indices)))
+    if sample.attributes:
+        extra = (dictionary.attribute(key, value) for key, value in sample.attributes.items() if value is not None)
+        attributes = tuple(sorted({*attributes, *extra}))
     stack = dictionary.stack(sample.frames)
-    return stack, dictionary.link(sample.trace_id, sample.span_id), tuple(sorted(set(attributes)))
+    ids = (sample.trace_id, sample.span_id)
+    try:
+        link = dictionary._links.get(ids)
+    except TypeError:  # ids of an unhashable type
+        link = dictionary.link(*ids)
+    else:
+        if link is None:
+            link = dictionary._links[ids] = dictionary.link(*ids)
+    return stack, link, attributes
 
 
 def _value(sample: Sample, index: int) -> int:

@@ -46,10 +46,14 @@ class FlameGraph:
         self._processes: dict[int, dict[str, Any]] = {}
         #: key -> [values..., observation count]
         self._stacks: dict[tuple, list[int]] = {}
+        #: id(frames tuple) -> (the tuple, its frame indices), for the tuples of the last add()
+        #: (samples share stack tuples: otelbpf.profiles.stacks)
+        self._known: dict[int, tuple[tuple[Frame, ...], tuple[int, ...]]] = {}
         self.dropped_samples = 0
 
     def add(self, samples: Iterable[Sample], resources: Mapping[int, Mapping[str, Any]]) -> None:
         """Sum ``samples`` in; a sample whose entry is new once ``max_stacks`` are held is dropped (counted)."""
+        self._known = {}  # held for one call: the tuples of older intervals are not kept alive
         for sample in samples:
             full = len(self._stacks) >= self.max_stacks
             key = self._key(sample, intern=not full)
@@ -66,9 +70,18 @@ class FlameGraph:
 
     def _key(self, sample: Sample, *, intern: bool) -> tuple | None:
         """The sample's entry key; None when not interning and a frame or type is unknown (a new entry)."""
-        if intern:
+        known = self._known.get(id(sample.frames))
+        if known is not None and known[0] is sample.frames:
+            type_index = self._types.get(sample.profile)
+            if type_index is None and intern:
+                type_index = self._types.setdefault(sample.profile, len(self._types))
+            if type_index is None:
+                return None
+            frames = known[1]
+        elif intern:
             type_index = self._types.setdefault(sample.profile, len(self._types))
             frames = tuple(self._frames.setdefault(frame, len(self._frames)) for frame in sample.frames)
+            self._known[id(sample.frames)] = (sample.frames, frames)
         else:
             type_index = self._types.get(sample.profile)
             frames = tuple(self._frames.get(frame, -1) for frame in sample.frames)

@@ -32,6 +32,19 @@ class Mapping:
     file_offset: int = 0
     #: GNU build-id as lower-case hex, "" when the file has none.
     build_id: str = ""
+    #: The hash of the fields above, computed on first use and kept (mappings and frames key
+    #: every encoder's tables: hashing them field by field per sample was a cost of its own).
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        value = self._hash
+        if not value:
+            value = hash((self.path, self.start, self.end, self.file_offset, self.build_id)) or 1
+            object.__setattr__(self, "_hash", value)
+        return value
+
+    def __reduce__(self):
+        return Mapping, (self.path, self.start, self.end, self.file_offset, self.build_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +64,18 @@ class Frame:
     line: int = 0
     address: int = 0
     mapping: Mapping | None = None
+    #: The hash of the fields above, computed on first use and kept (see Mapping).
+    _hash: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __hash__(self) -> int:
+        value = self._hash
+        if not value:
+            value = hash((self.kind, self.function, self.file, self.line, self.address, self.mapping)) or 1
+            object.__setattr__(self, "_hash", value)
+        return value
+
+    def __reduce__(self):
+        return Frame, (self.kind, self.function, self.file, self.line, self.address, self.mapping)
 
 
 @dataclass(frozen=True, slots=True)

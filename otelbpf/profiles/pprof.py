@@ -58,6 +58,13 @@ class PprofBuilder:
         self._locations: dict[Frame, int] = {}
         self._location_frames: list[Frame] = []
         self._samples: dict[tuple, list[int]] = {}
+        #: id(frames tuple) -> (the tuple, its location ids): samples share stack tuples
+        #: (otelbpf.profiles.stacks), so most are counted without hashing their frames
+        self._stacks: dict[int, tuple[tuple[Frame, ...], tuple[int, ...]]] = {}
+        #: (tid, thread name, trace id, span id) -> labels, for samples without attributes of their own
+        self._labels: dict[tuple, tuple] = {}
+        #: location ids -> their packed field (a stack is written once per label set it has)
+        self._packed_locations: dict[tuple[int, ...], bytes] = {}
 
     def string(self, value: str) -> int:
         index = self._strings.get(value)
@@ -67,8 +74,21 @@ class PprofBuilder:
 
     def add(self, sample: Sample) -> None:
         """Count one sample (summed into an identical one already added)."""
-        locations = tuple(self._location(frame) for frame in sample.frames)
-        key = (locations, sample_labels(sample))
+        frames = sample.frames
+        known = self._stacks.get(id(frames))
+        if known is not None and known[0] is frames:
+            locations = known[1]
+        else:
+            locations = tuple(self._location(frame) for frame in frames)
+            self._stacks[id(frames)] = (frames, locations)  # holds the tuple: its id stays its own
+        if sample.attributes:
+            labels = sample_labels(sample)
+        else:
+            thread = (sample.tid, sample.thread_name, sample.trace_id, sample.span_id)
+            labels = self._labels.get(thread)
+            if labels is None:
+                labels = self._labels[thread] = sample_labels(sample)
+        key = (locations, labels)
         width = len(self.profile_type.sample_types)
         totals = self._samples.setdefault(key, [0] * width)
         for index in range(width):
@@ -103,7 +123,10 @@ class PprofBuilder:
         return _int(1, self.string(kind)) + _int(2, self.string(unit))
 
     def _sample(self, locations: tuple[int, ...], labels: tuple, values: list[int]) -> bytes:
-        body = [_packed(1, locations), _packed(2, values)]
+        packed = self._packed_locations.get(locations)
+        if packed is None:
+            packed = self._packed_locations[locations] = _packed(1, locations)
+        body = [packed, _packed(2, values)]
         for key, value in labels:
             if type(value) is int:
                 label = _int(1, self.string(key)) + _int(3, value)

@@ -246,6 +246,11 @@ class Profiler:
     def close(self) -> None:
         """The agent stops: what is held leaves, and the exporters finish (the flame graph is written)."""
         self.flush(everything=True)
+        unwinder = getattr(self.builder, "unwinder", None)
+        stats = unwinder.stats if unwinder is not None and getattr(unwinder, "verify", False) else {}
+        if stats.get("verified"):  # OTELBPF_PROFILES_VERIFY_UNWIND=1 (otelbpf/profiles/stacks.py)
+            self.counters.add("otelbpf.profiles.unwind.verified", stats["verified"])
+            self.counters.add("otelbpf.profiles.unwind.verify_mismatches", stats.get("verify_mismatches", 0))
         for exporter in self.exporters:
             try:
                 exporter.shutdown()

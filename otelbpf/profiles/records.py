@@ -39,6 +39,9 @@ PROFILE_REGS = 21
 
 # struct profile_info (without its py[] array)
 PROFILE_INFO_HEAD = struct.Struct("<QiHBB16s21Q")
+# ... its fields before the registers (the registers stay bytes: the unwinder reads them as they are)
+PROFILE_INFO_FIELDS = struct.Struct("<QiHBB16s")
+PT_REGS_SIZE = PROFILE_REGS * 8
 # struct py_frame
 PY_FRAME = struct.Struct("<QQQ")
 PROFILE_INFO_SIZE = PROFILE_INFO_HEAD.size + PROFILE_PY_FRAMES * PY_FRAME.size
@@ -67,8 +70,10 @@ _X86_64_PT_REGS_TO_DWARF = {
 }
 
 
-def dwarf_registers(pt_regs: tuple[int, ...]) -> list[int]:
-    """The 17 x86-64 DWARF registers from the 21 words of struct pt_regs."""
+def dwarf_registers(pt_regs) -> list[int]:
+    """The 17 x86-64 DWARF registers from the 21 words of struct pt_regs (ints, or its bytes)."""
+    if isinstance(pt_regs, (bytes, bytearray, memoryview)):
+        pt_regs = struct.unpack_from(f"<{PROFILE_REGS}Q", pt_regs)
     out = [0] * 17
     for word, dwarf in _X86_64_PT_REGS_TO_DWARF.items():
         out[dwarf] = pt_regs[word]
@@ -92,11 +97,13 @@ class StackSampleEvent:
         self.flags = flags
         self.comm = comm
         self.kernel_stack_id = kernel_stack_id
-        #: struct pt_regs words
+        #: struct pt_regs: its bytes as BPF copied them (the decoder's), or its 21 words
         self.regs = regs
         self.stack_addr = stack_addr
+        #: the stack copy (bytes-like: the decoder's is a view of the record, not a copy)
         self.stack = stack
-        #: (code, instr, flags) per Python frame, leaf first
+        #: the Python frames, leaf first: the kernel's struct py_frame records as bytes
+        #: (the decoder's: 24 bytes each, see :func:`py_frame_records`), or (code, instr, flags) tuples
         self.py_frames = py_frames
         #: off-CPU: the kernel's switch-out stamp (monotonic), the key of its OffCpuEnd
         self.switch_out_ns = switch_out_ns
@@ -127,6 +134,8 @@ class ProfileRecordDecoder:
     def __init__(self, clock_offset_ns: int = 0) -> None:
         self.clock_offset_ns = clock_offset_ns
         self.malformed = 0
+        #: the raw comm field -> its text (a process has few thread names)
+        self._comms: dict[bytes, str] = {}
 
     def decode(self, raw: bytes):
         if len(raw) < HEADER.size:
@@ -145,15 +154,29 @@ class ProfileRecordDecoder:
         return self._sample(raw, ts, switch_out, tgid, tid, captured, task_id, total)
 
     def _sample(self, raw: bytes, ts: int, switch_out: int, tgid: int, tid: int, captured: int, task_id: int, weight: int = 0):
+        """Registers, Python frame records and the stack copy stay bytes: the unwinder and the
+        stack builder read them as they are, and most of an off-CPU sample is never read."""
         at = HEADER.size
-        head = PROFILE_INFO_HEAD.unpack_from(raw, at)
-        stack_addr, kernel_stack_id, py_count, kind, flags, comm = head[:6]
-        regs = head[6:]
+        stack_addr, kernel_stack_id, py_count, kind, flags, comm = PROFILE_INFO_FIELDS.unpack_from(raw, at)
+        regs_at = at + PROFILE_INFO_FIELDS.size
         frames_at = at + PROFILE_INFO_HEAD.size
-        py_frames = [PY_FRAME.unpack_from(raw, frames_at + i * PY_FRAME.size) for i in range(min(py_count, PROFILE_PY_FRAMES))]
+        py_frames = raw[frames_at : frames_at + min(py_count, PROFILE_PY_FRAMES) * PY_FRAME.size]
         stack_at = at + PROFILE_INFO_SIZE
+        name = self._comms.get(comm)
+        if name is None:
+            if len(self._comms) >= 4096:
+                self._comms.clear()
+            name = self._comms[comm] = comm.split(b"\0", 1)[0].decode("utf-8", "replace")
         return StackSampleEvent(
-            ts + self.clock_offset_ns, tgid, tid, task_id, kind, flags,
-            comm.split(b"\0", 1)[0].decode("utf-8", "replace"), kernel_stack_id,
-            regs, stack_addr, bytes(raw[stack_at : stack_at + captured]), py_frames, switch_out, weight,
+            ts + self.clock_offset_ns, tgid, tid, task_id, kind, flags, name, kernel_stack_id,
+            raw[regs_at : regs_at + PT_REGS_SIZE], stack_addr, memoryview(raw)[stack_at : stack_at + captured],
+            py_frames, switch_out, weight,
         )  # fmt: skip
+
+
+def py_frame_records(py_frames) -> list[tuple[int, int, int]]:
+    """(code, instr, flags) per Python frame, leaf first, from either form of
+    :attr:`StackSampleEvent.py_frames`."""
+    if isinstance(py_frames, (bytes, bytearray, memoryview)):
+        return list(PY_FRAME.iter_unpack(py_frames))
+    return list(py_frames)

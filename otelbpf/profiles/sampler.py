@@ -162,6 +162,10 @@ class ProfileSampler:
                 f"cannot attach the CPU-clock perf event for profiles ({exc}): the kernel needs "
                 "CONFIG_PERF_EVENTS and, outside root, CAP_PERFMON; run `otelbpf doctor`, or --no-profiles"
             ) from exc
+        try:  # the kernel's symbols, read once now rather than by the first sample taken in the kernel
+            self.kernel_symbol(0)
+        except Exception:  # noqa: BLE001 - no /proc/kallsyms: kernel frames are named by address
+            pass
         self._reader = None
         try:  # the mapped ring: no Python call per record (BCC's callback is the fallback)
             from otelbpf.sources.ringbuf import RingBufReader
@@ -217,9 +221,11 @@ class ProfileSampler:
             addrs = self._held_stacks.get(stack_id)
             if addrs is None:
                 try:
-                    addrs = tuple(self._bpf["kernel_stacks"].walk(stack_id))
+                    table = self._bpf["kernel_stacks"]
+                    ips = table[table.Key(stack_id)].ip[:]  # the whole array at once (BCC's walk: one Python step per frame)
                 except (KeyError, OSError):
-                    addrs = ()
+                    ips = []
+                addrs = tuple(ips[: ips.index(0)] if 0 in ips else ips)
             seen[stack_id] = addrs
         return addrs
 
@@ -230,16 +236,22 @@ class ProfileSampler:
         the stack gets the same id (same stack, same bucket) and arrives in a
         later drain: deleted at once, its kernel frames would be lost."""
         self._drains += 1
+        last_drain = self._stack_last_drain
         for stack_id, addrs in seen.items():
             if addrs:  # one that could not be read is not held: the next sample naming it reads again
                 self._held_stacks[stack_id] = addrs
-                self._stack_last_drain[stack_id] = self._drains
-        expired = [i for i, last in self._stack_last_drain.items() if self._drains - last >= KERNEL_STACK_HOLD_DRAINS]
-        if not expired:
-            return
+                last_drain.pop(stack_id, None)  # to the end: the dict stays ordered by last drain
+                last_drain[stack_id] = self._drains
+        if not last_drain or self._drains - next(iter(last_drain.values())) < KERNEL_STACK_HOLD_DRAINS:
+            return  # the oldest is not due: none is (every drain, so this is the usual path)
+        expired = []
+        for stack_id, last in last_drain.items():
+            if self._drains - last < KERNEL_STACK_HOLD_DRAINS:
+                break
+            expired.append(stack_id)
         table = self._bpf["kernel_stacks"]
         for stack_id in expired:
-            del self._stack_last_drain[stack_id]
+            del last_drain[stack_id]
             del self._held_stacks[stack_id]
             table.pop(ctypes.c_int(stack_id), None)
 

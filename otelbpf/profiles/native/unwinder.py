@@ -9,10 +9,17 @@ the :class:`Frame` and :class:`Mapping` objects on cache misses and counts.
 Where unwinding cannot reach the thread's entry (no CFI, a PC in no module, a
 truncated copy, the frame limit) the stack ends in one marker frame and is
 incomplete: no caller is ever guessed.
+
+The compiled walk runs on per-PC rule and symbol caches (``_dwunwind.c``);
+``fast=False`` makes it use libdw alone, the reference. ``verify=True`` (the
+agent: ``OTELBPF_PROFILES_VERIFY_UNWIND=1``) unwinds every sample both ways and
+counts the samples whose frames or stop reason differ (``verify_mismatches``,
+logged): a check on live samples, at about twice the unwinding cost.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter, OrderedDict
@@ -20,6 +27,8 @@ from typing import NamedTuple, Sequence
 
 from otelbpf.profiles.model import FRAME_MARKER, FRAME_NATIVE, Frame, Mapping
 from otelbpf.profiles.native import _dwunwind
+
+log = logging.getLogger("otelbpf.profiles")
 
 #: Registers a sample carries, in DWARF order (x86-64: rax, rdx, rcx, rbx,
 #: rsi, rdi, rbp, rsp, r8..r15, rip).
@@ -35,6 +44,8 @@ PROCESS_GONE = "process gone"
 _REASONS: tuple[str, ...] = _dwunwind.REASONS
 _NO_MODULE = _REASONS.index("pc not in a module")
 _MARKERS = {r: Frame(FRAME_MARKER, f"[unwind stopped: {r}]") for r in (*_REASONS[1:], PROCESS_GONE)}
+#: The marker each stop reason's walk ends in, indexed like _REASONS (the compiled walk appends it).
+_MARKER_TUPLE = (None, *(_MARKERS[r] for r in _REASONS[1:]))
 
 
 class UnwoundStack(NamedTuple):
@@ -79,15 +90,21 @@ class _Namer:
         return Frame(FRAME_NATIVE, name, address=pc, mapping=mapping)
 
 
+#: Mismatches logged when verifying (the counter counts them all).
+MAX_LOGGED_MISMATCHES = 5
+
+
 class _Process:
-    """One process: its libdw session, its frame namer, its last refresh."""
+    """One process: its libdw session, its frame namer, its last refresh; when
+    verifying, a second session that walks with libdw alone."""
 
-    __slots__ = ("native", "namer", "refreshed")
+    __slots__ = ("native", "namer", "refreshed", "reference")
 
-    def __init__(self, native: _dwunwind.Process, namer: _Namer) -> None:
+    def __init__(self, native: _dwunwind.Process, namer: _Namer, reference: _dwunwind.Process | None = None) -> None:
         self.native = native
         self.namer = namer
         self.refreshed = time.monotonic()
+        self.reference = reference
 
 
 class NativeUnwinder:
@@ -96,9 +113,13 @@ class NativeUnwinder:
     Not thread-safe: one reader thread owns it (libdw sessions are not shared).
     """
 
-    def __init__(self, max_processes: int = 64, max_symbols: int = 65536) -> None:
+    def __init__(self, max_processes: int = 64, max_symbols: int = 65536, *, fast: bool = True, verify: bool = False) -> None:
         self.max_processes = max(1, max_processes)
         self.max_symbols = max(1, max_symbols)
+        #: walk and name through the per-PC caches (False: libdw alone)
+        self.fast = fast
+        #: also walk every sample with libdw alone and count the differences
+        self.verify = verify
         self._procs: OrderedDict[int, _Process] = OrderedDict()
         self._counts: Counter[str] = Counter()
 
@@ -114,11 +135,29 @@ class NativeUnwinder:
         frames, stop = proc.native.unwind(regs, stack_addr, stack, max_frames)
         if stop == _NO_MODULE and self._auto_refresh(pid, proc):
             frames, stop = proc.native.unwind(regs, stack_addr, stack, max_frames)
+        if proc.reference is not None:
+            self._verify(pid, proc.reference, frames, stop, regs, stack_addr, stack, max_frames)
+        if stop:  # the frames end in the stop reason's marker
+            reason = _REASONS[stop]
+            self._counts["frames"] += len(frames) - 1
+            self._counts[f"incomplete:{reason}"] += 1
+            return UnwoundStack(frames, False, reason)
         self._counts["frames"] += len(frames)
-        if stop:
-            return self._stopped(frames, _REASONS[stop])
         self._counts["complete"] += 1
         return UnwoundStack(frames, True)
+
+    def _verify(self, pid: int, reference, frames, stop: int, regs, stack_addr: int, stack, max_frames: int) -> None:
+        expected, expected_stop = reference.unwind(regs, stack_addr, stack, max_frames)
+        self._counts["verified"] += 1
+        if expected == frames and expected_stop == stop:
+            return
+        self._counts["verify_mismatches"] += 1
+        if self._counts["verify_mismatches"] <= MAX_LOGGED_MISMATCHES:
+            log.warning(
+                "profiles: pid %d: the cached unwinder gave %s (%s), libdw alone %s (%s)", pid,
+                [f.function for f in frames], _REASONS[stop] or "complete",
+                [f.function for f in expected], _REASONS[expected_stop] or "complete",
+            )  # fmt: skip
 
     def refresh(self, pid: int) -> None:
         """Re-reads ``pid``'s mappings now (a library was loaded or unloaded)."""
@@ -135,11 +174,17 @@ class NativeUnwinder:
     @property
     def stats(self) -> dict[str, int]:
         """Counters: samples, frames, complete, ``incomplete:<reason>``,
-        processes, evictions, refreshes, frame_misses, frame_cache_resets."""
+        processes, evictions, refreshes, frame_misses, frame_cache_resets; the
+        compiled walks' (``walks:fast``, ``walks:libdw``, ``walks:rule_misses``,
+        ``walks:symbol_lookups``, ...) of the live processes; verified and
+        verify_mismatches when verifying."""
         live_resets = sum(p.native.cache_resets for p in self._procs.values())
         counts = dict(self._counts)
         counts["frame_cache_resets"] = counts.get("frame_cache_resets", 0) + live_resets
         counts["processes"] = len(self._procs)
+        for proc in self._procs.values():
+            for key, value in proc.native.walks.items():
+                counts[f"walks:{key}"] = counts.get(f"walks:{key}", 0) + value
         return counts
 
     def _stopped(self, frames: tuple[Frame, ...], reason: str) -> UnwoundStack:
@@ -155,11 +200,16 @@ class NativeUnwinder:
             return proc
         namer = _Namer(self._counts)
         try:
-            native = _dwunwind.Process(pid, namer, self.max_symbols)
+            native = _dwunwind.Process(pid, namer, self.max_symbols, _MARKER_TUPLE)
+            native.fast = self.fast
+            reference = None
+            if self.verify:
+                reference = _dwunwind.Process(pid, _Namer(Counter()), self.max_symbols, _MARKER_TUPLE)
+                reference.fast = False
         except OSError:
             self._counts["open_failures"] += 1
             return None
-        proc = _Process(native, namer)
+        proc = _Process(native, namer, reference)
         self._procs[pid] = proc
         while len(self._procs) > self.max_processes:
             self._retire(self._procs.popitem(last=False)[1])
@@ -183,6 +233,8 @@ class NativeUnwinder:
         self._counts["refreshes"] += 1
         try:
             proc.native.refresh()
+            if proc.reference is not None:
+                proc.reference.refresh()
         except OSError:
             self.forget(pid)
             return False

@@ -150,14 +150,31 @@ class _Pid:
     mem: ProcMem
 
 
+#: Entries of a process's (code, instr) -> frame table before it starts over.
+MAX_TABLE = 65536
+
+
 class CodeNamer:
-    """Code object address (+ instruction) -> Python :class:`Frame`, cached."""
+    """Code object address (+ instruction) -> Python :class:`Frame`, cached.
+
+    :meth:`table` is the per-sample fast path: (code, instr) as BPF reported
+    them -> (Frame, its code object's entry), filled by :meth:`name`; a caller
+    may use a hit while ``entry.checked`` is less than :data:`REVERIFY_S` old
+    (the bound :meth:`name` keeps) and calls :meth:`name` otherwise."""
 
     def __init__(self, max_codes: int = 16384):
         self.max_codes = max_codes
         self._codes: OrderedDict[tuple[int, int], _Code] = OrderedDict()
         self._pids: dict[int, _Pid] = {}
+        self._tables: dict[int, dict[tuple[int, int], tuple[Frame, _Code]]] = {}
         self.stats = {"hits": 0, "misses": 0, "reused": 0, "failed": 0}
+
+    def table(self, pid: int) -> dict[tuple[int, int], tuple[Frame, _Code]]:
+        """``pid``'s (code, instr) -> (Frame, code entry) table (see the class)."""
+        table = self._tables.get(pid)
+        if table is None:
+            table = self._tables[pid] = {}
+        return table
 
     def attach(self, proc: PythonProcess) -> None:
         """Use this already found interpreter for its pid (else name() finds it)."""
@@ -167,6 +184,7 @@ class CodeNamer:
     def forget(self, pid: int) -> None:
         """Drop a process (it exited: its pid and code addresses will be reused)."""
         state = self._pids.pop(pid, None)
+        self._tables.pop(pid, None)
         if state is not None:
             state.mem.close()
         for key in [k for k in self._codes if k[0] == pid]:
@@ -180,17 +198,23 @@ class CodeNamer:
         layout = state.proc.layout if state.proc else None
         if layout is None:
             return None
+        reported = code_addr
         code_addr &= ~layout.code_tag_mask
         entry = self._codes.get((pid, code_addr))
         now = time.monotonic()
         if entry is not None and now - entry.checked < REVERIFY_S:
             self.stats["hits"] += 1
-            return self._frame(entry, layout, code_addr, instr)
-        entry = self._entry(state, layout, code_addr)
-        if entry is None:
-            self.stats["failed"] += 1
-            return None
-        return self._frame(entry, layout, code_addr, instr)
+        else:
+            entry = self._entry(state, layout, code_addr)
+            if entry is None:
+                self.stats["failed"] += 1
+                return None
+        frame = self._frame(entry, layout, code_addr, instr)
+        table = self.table(pid)
+        if len(table) >= MAX_TABLE:
+            table.clear()
+        table[(reported, instr)] = (frame, entry)
+        return frame
 
     def _entry(self, state: _Pid, layout: O.PythonLayout, addr: int) -> _Code | None:
         """The cached code object if its fingerprint still matches, else read it anew."""
