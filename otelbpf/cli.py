@@ -116,6 +116,14 @@ def _add_profile_options(p: argparse.ArgumentParser) -> None:
         help="with --off-cpu, blocks shorter than this are not reported (default 1ms)",
     )
     prof.add_argument(
+        "--profile-ring-mb",
+        type=_positive_int,
+        default=4,
+        metavar="MB",
+        help="ring buffer for stack samples, a power of two (default 4: ~100 samples of 32 KiB stacks "
+        "ahead of the agent; a full ring counts otelbpf.profiles.lost)",
+    )
+    prof.add_argument(
         "--no-gpu-profiles",
         action="store_true",
         help="no GPU profiles: the GPU call probes take no stack (on by default with profiles: device memory "
@@ -446,6 +454,7 @@ def profile_config(args):
         hz=0 if args.no_profiles else args.profile_hz,
         off_cpu=args.off_cpu and not args.no_profiles,
         off_cpu_min_ns=args.off_cpu_min,
+        ring_mb=getattr(args, "profile_ring_mb", 4),
         publish_trace_context=args.publish_trace_context,
         gpu=not (getattr(args, "no_gpu_profiles", False) or getattr(args, "no_gpu", False)),
         gpu_launch_every=getattr(args, "gpu_launch_sample_every", 128),

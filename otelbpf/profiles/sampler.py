@@ -61,8 +61,10 @@ class ProfileConfig:
     off_cpu: bool = False
     #: Blocks shorter than this are not reported (off-CPU).
     off_cpu_min_ns: int = 1_000_000
-    #: Ring for stack samples, MiB (a power of two).
-    ring_mb: int = 16
+    #: Ring for stack samples, MiB (a power of two; --profile-ring-mb). 4: a sample takes at
+    #: most ~34 KiB, so ~120 fit, seconds of two busy CPUs at 19 Hz; 16 cost 12 MB more RSS
+    #: and saved no sample in bench/rss_breakdown.py's runs.
+    ring_mb: int = 4
     #: Read CPython frames in the kernel.
     python: bool = True
     #: GPU profiles: a stack at the GPU call probes (otelbpf/profiles/gpu.py; --no-gpu-profiles).
