@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bpf_stats  # noqa: E402
 import nginx_wrk as nw  # noqa: E402
+from llm_stream import run_workers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("off", "whole", "prefix")
@@ -89,14 +90,7 @@ def client_main(port: int, threads: int, duration: float, tokens: int, token_byt
             totals["calls"] += calls
             totals["bytes"] += received
 
-    started = time.monotonic()
-    workers = [threading.Thread(target=worker) for _ in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    totals["seconds"] = time.monotonic() - started
-    print(json.dumps(totals), flush=True)
+    run_workers(worker, threads, totals)
 
 
 # -- --kernel: the probes alone, in this process -------------------------------------------------

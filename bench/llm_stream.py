@@ -87,6 +87,12 @@ def client_main(port: int, threads: int, duration: float, tokens: int) -> None:
             totals["tokens"] += chunks
             totals["events"] += events
 
+    run_workers(worker, threads, totals)
+
+
+def run_workers(worker, threads: int, totals: dict) -> None:
+    """Run ``threads`` copies of ``worker`` to their end, then print ``totals`` (which the
+    workers filled) as one JSON line with the seconds they took: a load generator's report."""
     started = time.monotonic()
     workers = [threading.Thread(target=worker) for _ in range(threads)]
     for w in workers:

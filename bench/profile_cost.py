@@ -62,8 +62,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bpf_stats import delta, set_stats, snapshot  # noqa: E402
 
 PYTHON = os.environ.get("PROFILE_BENCH_PYTHON", "/usr/bin/python3")
-SERVICE = r'''
-import http.server, sys
+#: The CPU-bound Python code both services run (a pure-Python loop, no native call).
+BURN = r'''
+import sys
 def burn(n):
     x = 0
     for i in range(n):
@@ -71,6 +72,9 @@ def burn(n):
     return x
 def handle():
     return burn(int(sys.argv[2]))
+'''
+SERVICE = BURN + r'''
+import http.server
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # head and body are two writes: no delayed-ACK stall between them
@@ -86,15 +90,7 @@ server.serve_forever()
 #: server's, and no requests: the agent has nothing to trace but the stack samples, so its
 #: CPU beyond the `off` run is the profiles' alone (the HTTP service's tracing varies by
 #: tens of microseconds per request between runs, which a per-sample figure inherits).
-SPINNER = r'''
-import sys
-def burn(n):
-    x = 0
-    for i in range(n):
-        x += i * i
-    return x
-def handle():
-    return burn(int(sys.argv[2]))
+SPINNER = BURN + r'''
 def serve(depth):
     if depth:
         return serve(depth - 1)
