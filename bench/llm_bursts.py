@@ -54,6 +54,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bpf_stats  # noqa: E402
 import nginx_wrk as nw  # noqa: E402
+import llm_stream  # noqa: E402
 from llm_stream import run_workers  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -192,13 +193,8 @@ def kernel_main(args) -> int:
 
 
 def start_server(children: nw.Children, args) -> tuple[subprocess.Popen, int]:
-    argv = [sys.executable, str(ROOT / "examples" / "openai_mock_server.py"), "--port", "0",
-            "--burst-events", str(args.burst_events)] + (["--gather"] if args.gather else [])  # fmt: skip
-    proc = children.start("openai mock", argv, stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("listening on "):
-        raise nw.BenchError(f"the mock server did not start: {line!r}")
-    return proc, int(line.split()[-1])
+    """The mock writing ``--burst-events`` SSE events per write (per sendmsg with --gather)."""
+    return llm_stream.start_server(children, ["--burst-events", str(args.burst_events)] + (["--gather"] if args.gather else []))
 
 
 def one_window(args, children, launcher, receiver, server_pid: int, port: int, mode: str) -> dict:

@@ -242,9 +242,10 @@ def in_process_main(args) -> int:
 # -- the bench -----------------------------------------------------------------------------
 
 
-def start_server(children: nw.Children) -> tuple[object, int]:
+def start_server(children: nw.Children, options: list[str] | None = None) -> tuple[object, int]:
+    """The bundled OpenAI-compatible mock on a free port (with ``options``): its process and port."""
     proc = children.start(
-        "openai mock", [sys.executable, str(ROOT / "examples" / "openai_mock_server.py"), "--port", "0"],
+        "openai mock", [sys.executable, str(ROOT / "examples" / "openai_mock_server.py"), "--port", "0", *(options or [])],
         stdout=__import__("subprocess").PIPE, text=True,
     )
     line = proc.stdout.readline()
