@@ -21,7 +21,14 @@ from otelbpf.model import SpanKind
 from otelbpf.profiles import gpu as gpu_profiles
 from otelbpf.profiles.model import FRAME_MARKER, FRAME_NATIVE, Frame
 from otelbpf.profiles.profiler import Profiler
-from otelbpf.profiles.records import PROFILE_GPU_CALL, PROFILE_GPU_LAUNCH, PROFILE_ON_CPU, StackSampleEvent
+from otelbpf.profiles.records import (
+    PROFILE_GPU_CALL,
+    PROFILE_GPU_LAUNCH,
+    PROFILE_OFF_CPU,
+    PROFILE_ON_CPU,
+    OffCpuEnd,
+    StackSampleEvent,
+)
 from otelbpf.selfmetrics import Counters
 from otelbpf.semantics.gpu import CudaCalls, GpuState
 from otelbpf.semantics.gpu_steps import EngineSteps
@@ -378,8 +385,12 @@ def test_samples_on_an_engine_thread_link_to_the_step_running_then(rig):
     rig.stack(T0 + 13 * MS, 4, tid=other, kind=PROFILE_ON_CPU)
     rig.profiler.linker.windows[(PID, TID)] = rig.request
     rig.stack(T0 + 14 * MS, 5, tid=TID, kind=PROFILE_ON_CPU)  # serving a request: the request
+    # blocked during the step (a lock, a queue): the step's off-CPU time
+    rig.profiler.on_sample(StackSampleEvent(T0 + 15 * MS, PID, engine, 0, PROFILE_OFF_CPU, 0, "worker", -1, (0,) * 21,
+                                            7, b"", [], switch_out_ns=77))  # fmt: skip
+    rig.profiler.on_offcpu_end(OffCpuEnd(T0 + 18 * MS, PID, engine, 77, 3 * MS))
     steps.place(CallEvent(T0 + 20 * MS, T0 + 30 * MS, PID, engine, "cuda", "cudaStreamSynchronize", (0,)))
     rig.stack(T0 + 31 * MS, 6, tid=engine, kind=PROFILE_ON_CPU)  # the step ended at its synchronisation
     links = {s.frames[0].function: s.span_id for s in rig.flush(T0 + 100 * MS)}
     assert links == {"stack1": b"", "stack2": step, "stack3": step, "stack4": b"", "stack5": rig.request.span_id,
-                     "stack6": b""}  # fmt: skip
+                     "stack6": b"", "stack7": step}  # fmt: skip

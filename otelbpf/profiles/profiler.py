@@ -13,10 +13,10 @@ instant, and the sample is linked by the rules the spans use
   request is often not the one that answers it), so such samples wait for
   the answer (:meth:`Profiler.answered`), bounded in number and time, and
   go unlinked if none comes;
-- a CPU or launch sample on a thread serving no request (a batching engine's
-  thread, outside an asyncio task): the engine step the thread is running
-  then (``EngineSteps.serving``, otelbpf/semantics/gpu_steps.py), as its GPU
-  calls are that step's children;
+- a CPU, off-CPU or launch sample on a thread serving no request (a batching
+  engine's thread, outside an asyncio task): the engine step the thread is
+  running then (``EngineSteps.serving``, otelbpf/semantics/gpu_steps.py), as
+  its GPU calls are that step's children (an off-CPU sample: when it blocked);
 - otherwise, no link: an unlinked sample is better than a wrong one.
 
 Links are read when the interval is exported, so a trace that merged into
@@ -101,12 +101,12 @@ class Profiler:
             self.gpu.on_sample(event)
             return
         if event.kind == PROFILE_OFF_CPU:
-            self._hold_blocked(event, self.linker.serving(event.pid, event.tid, event.task_id))
+            self._hold_blocked(event, self.serving(event))  # the span it blocked in: a request or an engine step
             return
         self._add(event, self.cpu, (1,), self.serving(event))
 
     def serving(self, event: StackSampleEvent):
-        """The span a CPU or launch sample belongs to: its thread's (or task's) request
+        """The span a CPU, off-CPU or launch sample belongs to: its thread's (or task's) request
         (``Linker.serving``); on a thread serving none, outside an asyncio task that may
         still learn its request, the engine step the thread is running then."""
         start = self.linker.serving(event.pid, event.tid, event.task_id)
