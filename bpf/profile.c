@@ -199,7 +199,11 @@ static __always_inline int finish_sample(struct profile_record *rec, __u64 id, _
     rec->hdr.captured_len = copied;
     __u64 size = sizeof(rec->hdr) + sizeof(rec->info) + copied;
     BOUND_FOR_VERIFIER(size, sizeof(*rec));
-    if (profile_events.ringbuf_output(rec, size, ring_wakeup_flags()) != 0) {
+    /* On-CPU samples come at --profile-hz on every busy CPU whatever the traffic, and
+     * never wake a sleeping agent: it reads them when it wakes, within the time the
+     * ring holds them (ProfileSampler.unread_limit_s, otelbpf/profiles/sampler.py). */
+    __u64 wakeup = rec->info.kind == PROFILE_ON_CPU ? BPF_RB_NO_WAKEUP : ring_wakeup_flags();
+    if (profile_events.ringbuf_output(rec, size, wakeup) != 0) {
         count_stat(STAT_PROFILE_LOST);
         return -1;
     }

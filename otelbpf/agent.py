@@ -12,6 +12,7 @@ from typing import Protocol
 
 from otelbpf.events import Event
 from otelbpf.pipeline import Pipeline
+from otelbpf.profiles.records import PROFILE_ON_CPU, StackSampleEvent
 from otelbpf.reorder import ReorderBuffer
 from otelbpf.selfmetrics import Counters
 from otelbpf.semantics import genai, gpu
@@ -42,6 +43,17 @@ IDLE_TICK_INTERVAL_S = 1.0
 IDLE_AFTER_EMPTY_DRAINS = 10
 #: Longest of those sleeps: the periodic tasks (idle tick, kernel counters, budget) still run.
 IDLE_WAIT_MAX_S = 1.0
+#: On-CPU stack samples do not keep the agent awake: they come at --profile-hz on every
+#: busy CPU whatever the traffic, so a drain that read nothing else counts as empty (at
+#: 19 Hz they came every ~50 ms, and the agent never reached IDLE_AFTER_EMPTY_DRAINS). The
+#: kernel submits them without a wake-up (bpf/profile.c); a sleep is cut short before the
+#: profile ring could fill (the source's wait_for_records), and the samples read then are
+#: handled in one batch, in their order among the other events. Checked only on a drain this small.
+SAMPLES_ONLY_CHECK_MAX = 64
+
+
+def _on_cpu_sample(event) -> bool:
+    return type(event) is StackSampleEvent and event.kind == PROFILE_ON_CPU
 
 
 class LiveSource(Protocol):
@@ -187,7 +199,11 @@ class Agent:
                 next_stats = now + self.stats_interval_s
             if deadline is not None and now >= deadline:
                 break
-            if wait_for_records is not None and empty_drains >= IDLE_AFTER_EMPTY_DRAINS and not len(self.reorder):
+            if (
+                wait_for_records is not None
+                and empty_drains >= IDLE_AFTER_EMPTY_DRAINS
+                and (not len(self.reorder) or self.reorder.holds_only(_on_cpu_sample))
+            ):
                 due = min(next_kernel_sync, next_idle_tick, now + IDLE_WAIT_MAX_S)
                 for at in (next_stats, deadline):
                     if at is not None:
@@ -214,7 +230,8 @@ class Agent:
 
     def _drain_once(self) -> int:
         """Read what the kernel submitted and handle what is in order; returns
-        how many events were read (0: the ring was empty, the agent caught up)."""
+        how many events were read (0: the ring was empty, the agent caught up, or
+        it held on-CPU samples only: SAMPLES_ONLY_CHECK_MAX)."""
         if self.discard_from is not None:
             dropped = self.discard_from.discard()
             if dropped:
@@ -224,7 +241,10 @@ class Agent:
         ready = self.reorder.push(events)
         if ready:
             self.pipeline.handle(ready)
-        return len(events)
+        count = len(events)
+        if count <= SAMPLES_ONLY_CHECK_MAX and all(map(_on_cpu_sample, events)):
+            return 0  # nothing but on-CPU samples (SAMPLES_ONLY_CHECK_MAX)
+        return count
 
     def _sync_kernel_counters(self) -> None:
         try:

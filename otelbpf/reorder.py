@@ -44,6 +44,11 @@ class ReorderBuffer:
         ready, self._held = held[:split], held[split:]
         return ready
 
+    def holds_only(self, wanted) -> bool:
+        """Whether every event held passes ``wanted`` (the agent may sleep while it holds
+        nothing but on-CPU samples: holding them longer keeps them in order all the same)."""
+        return all(wanted(event) for event in self._held)
+
     def flush(self) -> list[Event]:
         """Everything held, in order (the agent is stopping)."""
         held, self._held = sorted(self._held, key=_ts), []

@@ -9,6 +9,7 @@ import time
 
 from otelbpf.agent import IDLE_AFTER_EMPTY_DRAINS, IDLE_TICK_LAG_NS, IDLE_WAIT_MAX_S, Agent
 from otelbpf.events import ProcessExit
+from otelbpf.profiles.records import PROFILE_OFF_CPU, PROFILE_ON_CPU, StackSampleEvent
 from otelbpf.selfmetrics import Counters
 
 
@@ -132,3 +133,52 @@ def test_a_busy_agent_never_sleeps_on_the_ring():
     Agent(source, RecordingPipeline(source), NullProcessor(), Counters()).run(duration_s=1.0)
     assert source.reads_with_events > 20
     assert BusySource.waits == 0
+
+
+class SamplingSource(QuietSource):
+    """A ring that only ever carries one stack sample per drain (a busy process profiled
+    while nothing else happens), of ``kind``."""
+
+    def __init__(self, kind: int) -> None:
+        super().__init__()
+        self.kind = kind
+        self.sent: list[int] = []
+
+    def read(self):
+        self.reads += 1
+        ts = time.time_ns() - 1_000_000  # inside the reorder window: held at first
+        self.sent.append(ts)
+        return [StackSampleEvent(ts, 4242, 4242, 0, self.kind, 0, "spin", -1, b"", 0, b"", b"")]
+
+
+class HandledPipeline(RecordingPipeline):
+    def __init__(self, source) -> None:
+        super().__init__(source)
+        self.handled: list[int] = []
+
+    def handle(self, events) -> None:
+        self.handled.extend(event.ts_ns for event in events)
+
+
+def test_on_cpu_samples_alone_do_not_keep_the_agent_awake():
+    """Samples come at --profile-hz whatever the traffic: drains that read only on-CPU
+    samples count as empty, so the agent sleeps (the kernel does not wake it for them), even
+    with samples held in the reorder window; every sample is still handled, in order."""
+    source = SamplingSource(PROFILE_ON_CPU)
+    pipeline = HandledPipeline(source)
+    Agent(source, pipeline, NullProcessor(), Counters()).run(duration_s=1.5)
+    assert source.waits, "the agent never slept while only samples came"
+    assert source.waits[0][0] == IDLE_AFTER_EMPTY_DRAINS, source.waits[:3]
+    assert source.reads < 60, source.reads
+    assert pipeline.handled == source.sent  # none lost or reordered, the last ones at the stop
+    assert pipeline.ticks, "samples-only drains let the idle tick run"
+
+
+def test_off_cpu_samples_keep_the_agent_on_its_drain_timer():
+    """Off-CPU samples come at every block, not at a rate: they are events like the others."""
+    source = SamplingSource(PROFILE_OFF_CPU)
+    pipeline = HandledPipeline(source)
+    Agent(source, pipeline, NullProcessor(), Counters()).run(duration_s=1.0)
+    assert source.waits == []
+    assert source.reads > 40, source.reads
+    assert pipeline.handled == source.sent

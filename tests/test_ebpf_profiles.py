@@ -739,3 +739,32 @@ def test_flamegraph_beside_the_traces_file_by_default(spinner: Target, tmp_path:
     text = page.read_text()
     assert '"hot"' in text and '"caller"' in text  # the spinner's frames are in the page's data
     assert not (tmp_path / "pprof").exists()
+
+
+def test_an_agent_sleeps_while_only_samples_come_and_loses_none(spinner: Target, tmp_path: Path) -> None:
+    """A busy process and no traffic: on-CPU samples do not wake the agent (bpf/profile.c),
+    it sleeps between reads of the profile ring (otelbpf/agent.py), and every sample the
+    kernel took is still read, with its whole Python stack, none lost to a full ring."""
+    hz, seconds = 99, 3.0
+    env = {k: "" for k in os.environ if k.startswith("OTEL_EXPORTER_OTLP")}
+    agent = AgentProcess([
+        "--pid", str(spinner.pid), "--profile-hz", str(hz), "--json-file", str(tmp_path / "traces.json"),
+        "--profiles-json-file", str(tmp_path / "profiles.jsonl"),
+    ], env=env)  # fmt: skip
+    try:
+        time.sleep(seconds)
+        assert agent.stop() == 0, agent.output[-3000:]
+    finally:
+        if agent.proc.poll() is None:
+            agent.proc.kill()
+            agent.proc.wait()
+    stats = agent.stats()
+    taken = stats.get("otelbpf.profiles.samples{cpu}", 0)
+    assert taken >= hz * seconds / 2, stats  # the spinner was sampled the whole time
+    assert stats.get("otelbpf.profiles.lost", 0) == 0, stats
+    # asleep most of the time: a few wake-ups a second (the ring's unread limit), not 100 drains
+    assert stats.get("otelbpf.agent.idle_sleeps", 0) >= seconds, stats
+    written = [o for o in observations(read_profiles_json_file(tmp_path / "profiles.jsonl")) if o.pid == spinner.pid]
+    assert len(written) == taken, (len(written), stats)
+    whole = [o for o in written if "hot" in o.names() and o.names()[o.names().index("hot") + 1] == "caller"]
+    assert len(whole) >= 0.9 * len(written), Counter(tuple(o.names()[:3]) for o in written).most_common(3)

@@ -21,6 +21,7 @@ from otelbpf.profiles.records import (
     PF_PY_TRUNCATED,
     PROFILE_INFO_FIELDS,
     PROFILE_INFO_SIZE,
+    PROFILE_STACK_BYTES,
     PY_FRAME,
     ProfileRecordDecoder,
     StackSampleEvent,
@@ -257,3 +258,22 @@ def test_kernel_stacks_are_read_whole_and_released_after_their_last_use():
     for _ in range(KERNEL_STACK_HOLD_DRAINS):
         drain()
     assert table.popped == [1, 2] and not sampler._held_stacks
+
+
+def test_the_profile_ring_is_read_before_busy_cpus_could_fill_it(monkeypatch):
+    """On-CPU samples never wake a sleeping agent (bpf/profile.c): its sleep is cut to half
+    the time every CPU, busy at hz with whole stack copies, takes to fill the ring."""
+    from otelbpf.profiles.sampler import OFF_CPU_UNREAD_LIMIT_S, ProfileConfig, ProfileSampler
+
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+    record = HEADER.size + PROFILE_INFO_SIZE + PROFILE_STACK_BYTES + 8
+
+    def limit(**config) -> float:
+        return ProfileSampler(None, ProfileConfig(**config), 0).unread_limit_s
+
+    assert limit(hz=19) == pytest.approx(4 * 2**20 / (19 * 2 * record) / 2)
+    assert 1.0 < limit(hz=19) < 2.0 and 0.2 < limit(hz=99) < 0.4
+    assert limit(hz=99, ring_mb=16) == pytest.approx(4 * limit(hz=99))
+    monkeypatch.setattr("os.cpu_count", lambda: 64)
+    assert limit(hz=19) < 0.1
+    assert limit(hz=1, off_cpu=True) == OFF_CPU_UNREAD_LIMIT_S  # blocks come at no rate

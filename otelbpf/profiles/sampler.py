@@ -30,7 +30,14 @@ import platform
 import time
 from dataclasses import dataclass
 
-from otelbpf.profiles.records import PF_PY_NO_THREAD, ProfileRecordDecoder, StackSampleEvent
+from otelbpf.profiles.records import (
+    PF_PY_NO_THREAD,
+    PROFILE_INFO_SIZE,
+    PROFILE_STACK_BYTES,
+    ProfileRecordDecoder,
+    StackSampleEvent,
+)
+from otelbpf.sources.ebpf_layout import HEADER
 
 log = logging.getLogger("otelbpf.profiles")
 
@@ -47,6 +54,8 @@ NEW_THREAD_RESCAN_S = 0.005
 MAX_UNLISTED_THREADS = 4096
 #: A kernel stack is deleted from the stack map this many drains after the last sample that named it.
 KERNEL_STACK_HOLD_DRAINS = 3
+#: With off-CPU samples on, the ring is not left unread longer than this (ProfileSampler.unread_limit_s).
+OFF_CPU_UNREAD_LIMIT_S = 0.1
 
 
 class ProfileError(RuntimeError):
@@ -180,6 +189,18 @@ class ProfileSampler:
     @property
     def ring_fd(self) -> int:
         return self._bpf["profile_events"].map_fd
+
+    @property
+    def unread_limit_s(self) -> float:
+        """How long the agent may leave the ring unread (it sleeps while only on-CPU
+        samples come, which never wake it: bpf/profile.c): half the time every CPU
+        busy at ``hz`` with whole stack copies takes to fill it. 1.6 s for the default
+        4 MiB at 19 Hz on 2 CPUs, 0.3 s at 99 Hz; 0.05 s at 19 Hz on 64. Off-CPU
+        samples come at every block, not at a rate: then at most one sleep interval."""
+        record = HEADER.size + PROFILE_INFO_SIZE + PROFILE_STACK_BYTES + 8  # + the ring's own header
+        fill_s = self.config.ring_mb * 1024 * 1024 / (max(1, self.config.hz) * (os.cpu_count() or 1) * record)
+        limit = fill_s / 2
+        return min(limit, OFF_CPU_UNREAD_LIMIT_S) if self.config.off_cpu else limit
 
     # -- steady state -----------------------------------------------------
 

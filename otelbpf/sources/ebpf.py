@@ -759,6 +759,8 @@ class EbpfSource:
         if self._bpf is None:
             time.sleep(timeout_s)
             return False
+        if self.profiles is not None:  # on-CPU samples do not wake us: read them before the ring fills
+            timeout_s = min(timeout_s, self.profiles.unread_limit_s)
         sleeping = self._bpf["consumer_sleeping"]
         sleeping[ctypes.c_int(0)] = ctypes.c_uint32(1)
         try:
