@@ -21,11 +21,16 @@ and reports per mode (medians over rounds; ratios pair by pair within a round):
                                     during the window: two clock reads per BPF run) per run
                                     (most runs are the filter rejecting other processes) and
                                     all of it per sample taken
-  agent us/sample                   agent CPU (user+sys, every thread) from the start of the
-                                    load to the agent's exit (the samples still held are
-                                    exported at exit: part of their cost), minus the same
-                                    round's `off` agent CPU scaled to this run's requests,
-                                    per sample
+  agent us/sample (steady)          the agent's CPU (user+sys, every thread) per sample while
+                                    the load runs, between its first and last self-metrics line
+                                    inside the load (every STATS_INTERVAL_S; profiles are
+                                    exported every PROFILE_INTERVAL_S, so export is part of it),
+                                    minus what the same round's `off` agent spent per second on
+                                    the requests, scaled to this run's request rate
+  agent us/sample (to exit)         the same from the start of the load to the agent's exit:
+                                    also the export of what is held at exit and the teardown,
+                                    whose spread (tens of ms) is large against a few hundred
+                                    samples at 19 Hz
   agent peak RSS                    VmHWM of the agent at the end
 
 and, per pair of profiled modes, the agent CPU per extra sample between them in a round
@@ -36,8 +41,9 @@ modules, naming each code object and each PC the first time).
 requests: the agent has nothing but the samples to handle, so the `off` subtraction does
 not carry the tracing's run-to-run spread (tens of microseconds per request).
 
-    sudo .venv/bin/python bench/profile_cost.py --rounds 3 --duration 10
-    sudo .venv/bin/python bench/profile_cost.py --rounds 3 --duration 10 --service spin
+    sudo .venv/bin/python bench/profile_cost.py --rounds 2 --duration 30 --modes off,p19,p99
+    sudo .venv/bin/python bench/profile_cost.py --rounds 2 --duration 30 --modes off,p19,p99 --service spin
+    sudo .venv/bin/python bench/profile_cost.py --rounds 3 --duration 10      # + p999, to-exit figures
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -109,6 +116,11 @@ MODES = {
     "p999": ["--profile-hz", "999"],
 }
 DEFAULT_MODES = "off,p19,p99,p999"
+#: The agent logs its self-metrics this often; the steady figures run between two such lines.
+STATS_INTERVAL_S = 0.5
+#: ... and exports profiles this often (--profile-interval; the agent's default): a steady
+#: window takes in an export every so many seconds, so make --duration a few times this.
+PROFILE_INTERVAL_S = 10.0
 
 
 def free_port() -> int:
@@ -159,27 +171,61 @@ OUTPUTS = {
 OUTPUT = "json"
 
 
-def start_agent(pid: int, extra: list[str], out: Path) -> subprocess.Popen:
+class StatsLines(threading.Thread):
+    """Reads the agent's self-metrics lines as they come: (monotonic, agent CPU s, samples) each."""
+
+    def __init__(self, agent: subprocess.Popen) -> None:
+        super().__init__(daemon=True)
+        self.agent = agent
+        self.points: list[tuple[float, float, int]] = []
+        self.last: dict = {}
+
+    def run(self) -> None:
+        for line in self.agent.stderr:
+            if line.startswith("otelbpf: stats "):
+                stats = json.loads(line[len("otelbpf: stats ") :])
+                try:
+                    cpu = cpu_seconds(self.agent.pid)
+                except OSError:  # exiting
+                    cpu = None
+                self.last = stats
+                if cpu is not None:
+                    self.points.append((time.monotonic(), cpu, samples_of(stats)))
+
+    def between(self, start: float, end: float) -> tuple[float, float, int] | None:
+        """(seconds, agent CPU seconds, samples) between the first and last line in [start, end]."""
+        inside = [p for p in self.points if start <= p[0] <= end]
+        if len(inside) < 2:
+            return None
+        (t0, c0, s0), (t1, c1, s1) = inside[0], inside[-1]
+        return t1 - t0, c1 - c0, s1 - s0
+
+
+def samples_of(stats: dict) -> int:
+    return sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.samples{"))
+
+
+def start_agent(pid: int, extra: list[str], out: Path) -> tuple[subprocess.Popen, StatsLines]:
     args = [sys.executable, "-m", "otelbpf", "run", "--pid", str(pid), "--json-file", str(out / "t.json"),
+            "--stats-interval", str(STATS_INTERVAL_S), "--profile-interval", f"{PROFILE_INTERVAL_S:g}",
             *OUTPUTS[OUTPUT](out), *extra]  # fmt: skip
     agent = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     for line in agent.stderr:
         if line.startswith("otelbpf: tracing,"):
-            return agent
+            lines = StatsLines(agent)
+            lines.start()
+            return agent, lines
     raise RuntimeError(f"agent did not start: {agent.wait()}")
 
 
-def stop_agent(agent: subprocess.Popen) -> tuple[dict, float]:
-    """Stops the agent (SIGINT: it exports what it holds and exits); its stats and
+def stop_agent(agent: subprocess.Popen, lines: StatsLines) -> tuple[dict, float]:
+    """Stops the agent (SIGINT: it exports what it holds and exits); its last stats and
     the CPU seconds it used in its whole life (wait4's rusage, microseconds)."""
     agent.send_signal(signal.SIGINT)
-    stats = {}
-    for line in agent.stderr:
-        if line.startswith("otelbpf: stats "):
-            stats = json.loads(line[len("otelbpf: stats ") :])
     _, status, usage = os.wait4(agent.pid, 0)
     agent.returncode = os.waitstatus_to_exitcode(status)
-    return stats, usage.ru_utime + usage.ru_stime
+    lines.join(30)
+    return lines.last, usage.ru_utime + usage.ru_stime
 
 
 def wrk(port: int, seconds: float) -> float:
@@ -197,28 +243,32 @@ def run_mode(mode: str, args, out: Path) -> dict:
     agent = None
     try:
         if mode != "none":
-            agent = start_agent(service.pid, MODES[mode], out)
+            agent, lines = start_agent(service.pid, MODES[mode], out)
         time.sleep(0.5)
         before_cpu = cpu_seconds(agent.pid) if agent else 0.0
         before_bpf = snapshot(agent.pid) if agent else {}
+        load_start = time.monotonic()
         if spin:
             time.sleep(args.duration)
             rate = None
         else:
             rate = wrk(port, args.duration)
+        load_end = time.monotonic()
         result = {"mode": mode, "rps": rate}
         if agent:
+            steady = lines.between(load_start, load_end)
+            if steady is not None:
+                result["steady_s"], result["steady_cpu_s"], result["steady_samples"] = steady
             bpf = delta(before_bpf, snapshot(agent.pid))
             sample_prog = [p for p in bpf["programs"] if p["name"].startswith("profile_on_cpu")]
             result["bpf_runs"] = sum(p["runs"] for p in sample_prog)
             result["bpf_ns"] = sum(p["ns"] for p in sample_prog)
             result["peak_rss_mb"] = peak_rss_mb(agent.pid)
-            stats, total_cpu = stop_agent(agent)
+            stats, total_cpu = stop_agent(agent, lines)
             agent = None
-            # to the agent's exit: the samples still held are exported at exit, and that is
-            # part of their cost (the export interval, 10 s, is longer than the run)
+            # to the agent's exit: the samples still held are exported at exit, with the teardown
             result["agent_cpu_s"] = total_cpu - before_cpu
-            result["samples"] = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.samples{"))
+            result["samples"] = samples_of(stats)
             result["lost"] = stats.get("otelbpf.profiles.lost", 0)
         return result
     finally:
@@ -250,6 +300,17 @@ def _tracing_cpu(row: dict, off: dict) -> float:
     return off["agent_cpu_s"]
 
 
+def steady_us(row: dict, off: dict) -> float | None:
+    """The agent's CPU per sample while the load ran, beyond what `off` spent per second
+    on tracing (scaled to ``row``'s request rate)."""
+    if not row.get("steady_samples") or not off.get("steady_s"):
+        return None
+    tracing_per_s = off["steady_cpu_s"] / off["steady_s"]
+    if row.get("rps") and off.get("rps"):
+        tracing_per_s *= row["rps"] / off["rps"]
+    return (row["steady_cpu_s"] - tracing_per_s * row["steady_s"]) * 1e6 / row["steady_samples"]
+
+
 def slope_us(low: dict, high: dict, off: dict) -> float | None:
     """The agent's CPU per sample between two rates of one round: what each extra
     sample costs, without the per-run fixed costs (opening the process's modules,
@@ -262,19 +323,23 @@ def slope_us(low: dict, high: dict, off: dict) -> float | None:
 
 
 def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
-    lines = ["mode   req/s     x off   samples  lost  BPF ns/run  BPF ns/sample  agent us/sample  agent peak RSS MB"]
+    lines = ["mode   req/s     x off   samples  lost  BPF ns/run  BPF ns/sample  agent us/sample (steady, to exit)  "
+             "agent ms/s  agent peak RSS MB"]  # fmt: skip
     for mode in modes:
         rows = [r[mode] for r in rounds]
         ratio = median([r[mode]["rps"] / r["off"]["rps"] for r in rounds if r[mode]["rps"] and r["off"]["rps"]])
         us = median([marginal_us(r[mode], r["off"]) for r in rounds if mode not in ("off", "none")])
+        steady = median([steady_us(r[mode], r["off"]) for r in rounds if mode not in ("off", "none")])
+        per_s = median([row["steady_cpu_s"] * 1e3 / row["steady_s"] for row in rows if row.get("steady_s")])
         per_run = median([row["bpf_ns"] / row["bpf_runs"] for row in rows if row.get("bpf_runs")])
         bpf = median([row["bpf_ns"] / row["samples"] for row in rows if row.get("samples")])
         lines.append(
             f"{mode:<6} {median([row['rps'] for row in rows]) or float('nan'):>8.1f}  {ratio or float('nan'):>6.3f}  "
             f"{median([row.get('samples') for row in rows]) or 0:>7.0f}  {median([row.get('lost') for row in rows]) or 0:>4.0f}  "
             f"{per_run if per_run is not None else float('nan'):>10.0f}  "
-            f"{bpf if bpf is not None else float('nan'):>13.0f}  {us if us is not None else float('nan'):>15.1f}  "
-            f"{median([row.get('peak_rss_mb') for row in rows]) or 0:>17.0f}"
+            f"{bpf if bpf is not None else float('nan'):>13.0f}  "
+            f"{steady if steady is not None else float('nan'):>21.1f}, {us if us is not None else float('nan'):>8.1f}  "
+            f"{per_s if per_s is not None else float('nan'):>10.2f}  {median([row.get('peak_rss_mb') for row in rows]) or 0:>17.0f}"
         )
     profiled = [mode for mode in modes if mode not in ("off", "none")]
     for low, high in zip(profiled, profiled[1:]):
@@ -285,6 +350,7 @@ def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
 
 
 def main() -> int:
+    global OUTPUT, PROFILE_INTERVAL_S
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=8.0, help="seconds of load per run (default 8)")
@@ -296,12 +362,14 @@ def main() -> int:
                    "(the agent's per-sample CPU without the tracing's run-to-run spread)")
     p.add_argument("--output", choices=sorted(OUTPUTS), default="json", help="where profiles go (default json: OTLP JSON lines)")
     p.add_argument("--json", metavar="PATH", help="write every run's figures here")
+    p.add_argument("--profile-interval", type=float, default=PROFILE_INTERVAL_S,
+                   help=f"the agent's export interval, s (default {PROFILE_INTERVAL_S:g}, the agent's own)")
     args = p.parse_args()
     if os.geteuid() != 0 or (args.service == "http" and not shutil.which("wrk")):
         print("profile_cost: run as root, with wrk installed (scripts/install.sh)", file=sys.stderr)
         return 2
-    global OUTPUT
     OUTPUT = args.output
+    PROFILE_INTERVAL_S = args.profile_interval
     modes = [m for m in args.modes.split(",") if m]
     if not modes or modes[0] != "off" or any(m not in MODES for m in modes):
         print(f"profile_cost: --modes: `off` first, then any of {', '.join(MODES)}", file=sys.stderr)
