@@ -268,6 +268,9 @@ def cut_events(draw, messages: list[tuple[Direction, bytes]]) -> list[tuple[Dire
             continue
         split = draw(st.integers(0, 3)) == 0
         cuts = sorted(draw(st.lists(st.integers(1, max(1, len(payload) - 1)), max_size=2, unique=True))) if split else []
+        head_end = payload.find(b"\r\n\r\n") + 4
+        if 4 <= head_end < len(payload) and draw(st.integers(0, 3)) == 0:  # head and body written apart
+            cuts = sorted({*cuts, head_end})
         pieces = [payload[a:b] for a, b in zip([0, *cuts], [*cuts, len(payload)]) if payload[a:b]]
         for piece in pieces:
             missing = 0
@@ -429,3 +432,63 @@ def test_generated_conversations_exercise_both_paths() -> None:
 
     run()
     assert totals["exchanges"] >= 40 and totals["handoffs"] >= 40, totals
+
+
+def _apart(response: bytes, *at: int) -> list[bytes]:
+    """``response`` as a server that writes its head, then its body in pieces, sends it."""
+    head_end = response.index(b"\r\n\r\n") + 4
+    cuts = [0, head_end, *(head_end + n for n in at), len(response)]
+    return [response[a:b] for a, b in zip(cuts, cuts[1:]) if response[a:b]]
+
+
+def test_a_body_written_apart_from_its_head_stays_on_the_fast_path() -> None:
+    """Python's http.server (and many frameworks) write a response's head and body in two
+    calls: the fast path follows the body across events, as the reference's parser does."""
+    events: list = [ConnOpen(1, 200, 200, 5, 2, socket.AF_INET, "127.0.0.1", 8080, "127.0.0.1", 40000, RoleHint.ACCEPTED)]
+    ts = 100
+    for pieces in (_apart(RESPONSE), _apart(RESPONSE, 100, 300), _apart(RESPONSE, 612)):
+        events.append(DataEvent(ts, 200, 200, 5, 2, IN, len(REQUEST), REQUEST))
+        for n, piece in enumerate(pieces, start=1):
+            events.append(DataEvent(ts + n, 200, 200, 5, 2, OUT, len(piece), piece))
+        ts += 10
+    spans, counters = _pipeline_spans(events, fast_path=True)
+    reference, _ = _pipeline_spans(events, fast_path=False)
+    assert canonical_spans(spans) == canonical_spans(reference) and len(spans) == 3
+    assert counters.get("otelbpf.fastpath.exchanges", "http1") == 3
+    assert counters.get("otelbpf.fastpath.handoffs", "http1") == 0
+    assert [s.end_ns - s.start_ns for s in spans] == [2, 4, 2]  # from the request to the body's last piece
+
+
+#: (direction, bytes, missing) after the request: a body written apart, then what may happen to it.
+MID_BODY = {
+    "cut short by a new response": [(OUT, RESPONSE[:200], 0), (OUT, RESPONSE, 0)],
+    "a gap in the body": [(OUT, RESPONSE[:150], 0), (OUT, RESPONSE[150:300], 100), (OUT, RESPONSE[400:], 0)],
+    "a gap past the body": [(OUT, RESPONSE[:150], 0), (OUT, RESPONSE[150:300], 5000)],
+    "bytes after the body": [(OUT, RESPONSE[:150], 0), (OUT, RESPONSE[150:] + b"HTTP/1.1 200 OK\r\n\r\n", 0)],
+    "a request before the body ends": [(OUT, RESPONSE[:150], 0), (IN, REQUEST, 0), (OUT, RESPONSE[150:], 0), (OUT, RESPONSE, 0)],
+    "the connection closes": [(OUT, RESPONSE[:150], 0), (OUT, RESPONSE[150:400], 0)],
+    "a body past the kept limit": [(OUT, RESPONSE[:90], 0), (OUT, RESPONSE[90:95], 0), (OUT, RESPONSE[95:], 0)],
+    "an empty read": [(OUT, RESPONSE[:150], 0), (OUT, b"", 0), (OUT, RESPONSE[150:], 0)],
+}
+
+
+@pytest.mark.parametrize("case", list(MID_BODY))
+@pytest.mark.parametrize("progress", [False, True])
+def test_in_the_middle_of_a_body_the_reference_takes_over_where_it_stands(case: str, progress: bool) -> None:
+    """Whatever the fast path does not take in the middle of a body (a gap, a piece that
+    could start a new response, bytes past the body, a request, the close) is the
+    reference's, from the state its own parser would be in: the same exchanges."""
+    fast_detector, reference_detector = _sessions(progress)
+    fast, reference = fast_detector.new_session(IN), reference_detector.new_session(IN)
+    seen_fast, seen_reference = [], []
+    for ts, (direction, payload, missing) in enumerate([(IN, REQUEST, 0), *MID_BODY[case]], start=1):
+        seen_fast += fast.feed(direction, payload, ts * 10, missing)
+        seen_reference += reference.feed(direction, payload, ts * 10, missing)
+        assert fast.parse_errors == reference.parse_errors
+    seen_fast += fast.close(10_000)
+    seen_reference += reference.close(10_000)
+    assert canonical_session_events(seen_fast) == canonical_session_events(seen_reference)
+    assert seen_fast, "no exchange at all"
+    # the body's first piece was the fast path's; then it handed over in the middle (but for the
+    # kept limit, which it follows itself)
+    assert fast_detector.counts.take() == ((1, 0) if case == "a body past the kept limit" else (0, 1))

@@ -8,17 +8,21 @@ for the traffic most connections carry, at a fraction of the cost:
 * a request or a response that arrives whole in one captured read or write (head,
   and a body framed by ``Content-Length`` that ends in the same event, or whose
   uncaptured tail is exactly the ``missing`` byte count);
+* a response whose head arrives whole and whose ``Content-Length`` body goes on in
+  later events (servers that write the head and the body apart, as Python's
+  ``http.server`` does), each piece captured whole;
 * a head of well-formed ``name:value`` lines, printable start line, a standard method
   other than CONNECT, a final status (200-599, or any non-1xx but 101);
 * one request at a time (no pipelining).
 
 The head is checked and its framing fields found in one C pass over the captured
 bytes; no regex, no parser events, no intermediate buffers. Anything else (a
-message split across events, chunked bodies, 1xx responses, upgrades, a capture gap
-that is not exactly a body's tail, an LLM call whose progress is observed, ...) is
-handed to a reference ``Http1Session`` at the message boundary where the fast path
-stopped: the reference gets the bytes the fast path did not take, and the exchange
-still waiting for its response (``Http1Session.adopt_pending``). When the reference
+request, or a head, split across events, chunked bodies, 1xx responses, upgrades, a
+capture gap that is not exactly a body's tail, an LLM call whose progress is observed,
+...) is handed to a reference ``Http1Session`` where the fast path stopped: the
+reference gets the bytes the fast path did not take, and the exchange still waiting
+for its response (``Http1Session.adopt_pending``), or the response whose body is being
+read, with what was read of it (``Http1Session.adopt_answering``). When the reference
 is back at rest (``Http1Session.at_rest``) the connection returns to the fast path.
 
 tests/test_fastpath_http1.py feeds both this session and the reference the same
@@ -321,6 +325,14 @@ cdef class FastHttp1Session:
     cdef _HeadMemo _request_heads
     cdef _HeadMemo _response_heads
     cdef int _request_code
+    #: The exchange whose final response's head was read and whose body is still coming
+    #: (``_remaining`` bytes; ``_parts``: what is kept of it, ``_kept`` bytes; the newest
+    #: byte read at ``_last_byte_ns``): what the reference's parser would hold then.
+    cdef HttpExchange _answering
+    cdef long long _remaining
+    cdef list _parts
+    cdef Py_ssize_t _kept
+    cdef long long _last_byte_ns
 
     def __init__(self, request_direction, body_limit=65536, max_pending=256, progress=True, progress_filter=None,
                  FastCounts counts=None):
@@ -342,6 +354,7 @@ cdef class FastHttp1Session:
         self._lengths = _TextMemo()
         self._request_heads = _HeadMemo()
         self._response_heads = _HeadMemo()
+        self._answering = None
 
     @property
     def parse_errors(self):
@@ -356,6 +369,8 @@ cdef class FastHttp1Session:
         if reference is None:
             if int(direction) == self._request_code:
                 out = self._request(data, ts_ns, missing)
+            elif self._answering is not None:
+                out = self._response_body(data, ts_ns, missing)
             else:
                 out = self._response(data, ts_ns, missing)
             if out is not None:
@@ -370,6 +385,8 @@ cdef class FastHttp1Session:
     def close(self, long long ts_ns):
         if self.reference is not None:
             return self.reference.close(ts_ns)
+        if self._answering is not None:  # cut in the middle of a body: the reference ends it
+            return self._hand_over().close(ts_ns)
         out = []
         if self._pending is not None:
             out.append(abandon(self._pending, _CLOSED, ts_ns))
@@ -378,7 +395,8 @@ cdef class FastHttp1Session:
 
     cdef object _hand_over(self):
         """The reference takes the connection where the fast path stopped: between
-        messages, with the exchange still waiting for its response, if any."""
+        messages, with the exchange still waiting for its response, if any; or in the
+        middle of a response's body, with what was read of it."""
         reference = Http1Session(
             self.request_direction,
             body_limit=self.body_limit,
@@ -389,6 +407,10 @@ cdef class FastHttp1Session:
         if self._pending is not None:
             reference.adopt_pending(self._pending)
             self._pending = None
+        elif self._answering is not None:
+            reference.adopt_answering(self._answering, self._remaining, self._parts, self._last_byte_ns)
+            self._answering = None
+            self._parts = None
         self.reference = reference
         self.counts.handoffs += 1
         return reference
@@ -400,7 +422,7 @@ cdef class FastHttp1Session:
         cdef Py_ssize_t n = PyBytes_GET_SIZE(data), body_start, body_len, kept
         cdef HttpRequest request
         cdef HttpExchange exchange
-        if missing != 0 or self._pending is not None or not parse_request_head(p, n, &h):
+        if missing != 0 or self._pending is not None or self._answering is not None or not parse_request_head(p, n, &h):
             return None
         body_start = h.head_len + 4
         body_len = h.content_length if h.content_length > 0 else 0
@@ -424,7 +446,10 @@ cdef class FastHttp1Session:
         return [ExchangeStarted(exchange)]
 
     cdef list _response(self, bytes data, long long ts_ns, long long missing):
-        """A whole final response to the exchange waiting: its end, or None."""
+        """A whole final response to the exchange waiting: its end; or its head and
+        the first bytes of a body that goes on in later events: no event yet (the
+        reference reports none for an exchange whose progress is not observed); or
+        None."""
         cdef Head h
         cdef const unsigned char* p = <const unsigned char*>PyBytes_AS_STRING(data)
         cdef Py_ssize_t n = PyBytes_GET_SIZE(data), body_start, in_data, kept
@@ -444,7 +469,9 @@ cdef class FastHttp1Session:
         else:
             length = h.content_length
         if in_data + missing != length:
-            return None  # more to come, or bytes after the body (and a gap that is more than its tail)
+            if missing == 0 and in_data < length:
+                return self._response_head(data, ts_ns, &h, body_start, in_data, length)
+            return None  # bytes after the body, or a gap that is more than its tail
         response = HttpResponse(VERSIONS[h.minor], None, ts_ns, ts_ns, ts_ns, length, b"", missing > 0)
         response.status = h.status
         response.reason = self._reasons.get(p + h.target_off, h.target_len)
@@ -455,5 +482,61 @@ cdef class FastHttp1Session:
             response.body = data[body_start:body_start + kept]
         exchange.response = response
         self._pending = None
+        self.counts.exchanges += 1
+        return [ExchangeCompleted(exchange)]
+
+    cdef list _response_head(self, bytes data, long long ts_ns, Head* h, Py_ssize_t body_start, Py_ssize_t in_data,
+                             long long length):
+        """A final response whose ``Content-Length`` body goes on after this event (a
+        server writing its head and body apart): the exchange is answered, its body
+        followed by :meth:`_response_body`, as the reference's parser would."""
+        cdef HttpResponse response = HttpResponse(VERSIONS[h.minor], None, ts_ns, ts_ns, 0, in_data, b"", False)
+        cdef HttpExchange exchange = self._pending
+        cdef bytes kept
+        response.status = h.status
+        response.reason = self._reasons.get(<const unsigned char*>PyBytes_AS_STRING(data) + h.target_off, h.target_len)
+        if h.line_end < h.head_len:
+            response.headers = self._response_heads.get(<const unsigned char*>PyBytes_AS_STRING(data), h, self._lengths)
+        self._parts = []
+        self._kept = 0
+        if in_data and self.body_limit > 0:
+            kept = data[body_start:body_start + (in_data if in_data <= self.body_limit else self.body_limit)]
+            self._parts.append(kept)
+            self._kept = PyBytes_GET_SIZE(kept)
+        exchange.response = response
+        self._pending = None
+        self._answering = exchange
+        self._remaining = length - in_data
+        self._last_byte_ns = ts_ns
+        return []
+
+    cdef list _response_body(self, bytes data, long long ts_ns, long long missing):
+        """More of the body of the response being answered: its end once the body is
+        whole, else no event; None (the reference takes over in the middle of the body)
+        for a gap, bytes beyond the body, or a piece that could start a new response
+        (the reference then decides whether the body was cut short)."""
+        cdef Py_ssize_t n = PyBytes_GET_SIZE(data), room
+        cdef HttpExchange exchange = self._answering
+        cdef HttpResponse response = exchange.response
+        if missing != 0 or n == 0 or n > self._remaining or (<const unsigned char*>PyBytes_AS_STRING(data))[0] == 72:
+            return None  # 72: "H", as in "HTTP/1.1 200"
+        room = self.body_limit - self._kept
+        if room > 0:
+            if n <= room:
+                self._parts.append(data)
+                self._kept += n
+            else:
+                self._parts.append(data[:room])
+                self._kept += room
+        response.body_size += n
+        self._remaining -= n
+        self._last_byte_ns = ts_ns
+        if self._remaining:
+            return []
+        response.end_ns = ts_ns
+        if self._parts:
+            response.body = b"".join(self._parts)
+        self._parts = None
+        self._answering = None
         self.counts.exchanges += 1
         return [ExchangeCompleted(exchange)]

@@ -329,6 +329,24 @@ class HttpParser:
             and not self._expected_taps
         )
 
+    def adopt_fixed_body(
+        self, message: HttpMessage, remaining: int, parts: list[bytes], head_start_ns: int, last_byte_ns: int
+    ) -> None:
+        """Continue a message whose head and first body bytes were parsed elsewhere, as if
+        this parser had read them: ``remaining`` bytes of its ``Content-Length`` body are
+        still to come, ``parts`` holds what was kept of the body so far (``body_limit``),
+        ``last_byte_ns`` stamps the newest byte read. Only on a parser at rest
+        (:meth:`at_rest`), with the response's expected method already consumed. For a
+        session taking a connection over from the compiled fast path (otelbpf/fastpath)
+        in the middle of a body."""
+        self._message = message
+        self._state = _FIXED_BODY
+        self._remaining = remaining
+        self._body_parts = parts
+        self._captured = sum(len(part) for part in parts)
+        self._head_start_ns = head_start_ns
+        self._last_byte_ns = last_byte_ns
+
     def expect_response_to(self, method: str, tap: BodyTap | None = None) -> None:
         """Tell a response parser that a request with ``method`` was sent.
 

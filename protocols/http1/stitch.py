@@ -100,6 +100,16 @@ class Http1Session:
         self._requesting = exchange
         self._responses.expect_response_to(exchange.request.method)
 
+    def adopt_answering(self, exchange: HttpExchange, remaining: int, parts: list[bytes], last_byte_ns: int) -> None:
+        """Continue a connection whose ``exchange`` was started and answered elsewhere:
+        its final response's head and the first bytes of its ``Content-Length`` body
+        were read, ``remaining`` bytes are still to come (``HttpParser.adopt_fixed_body``).
+        For a session taking over from the compiled fast path in the middle of a body."""
+        self._answering = exchange
+        self._requesting = exchange
+        response = exchange.response
+        self._responses.adopt_fixed_body(response, remaining, parts, response.start_ns, last_byte_ns)
+
     def feed(self, direction: Direction, data: bytes, ts_ns: int, missing: int = 0) -> list[SessionEvent]:
         out: list[SessionEvent] = []
         if self._tunnelled:
