@@ -37,6 +37,9 @@ and, per pair of profiled modes, the agent CPU per extra sample between them in 
 (what one more sample costs, without the per-run fixed costs: opening the process's
 modules, naming each code object and each PC the first time).
 
+The service runs alone on CPU 0, the agent and wrk on CPU 1 (--no-pin: wherever the scheduler
+puts them).
+
 --service spin runs the same Python code in a loop under as deep a stack, and sends no
 requests: the agent has nothing but the samples to handle, so the `off` subtraction does
 not carry the tracing's run-to-run spread (tens of microseconds per request).
@@ -118,6 +121,10 @@ MODES = {
 DEFAULT_MODES = "off,p19,p99,p999"
 #: The agent logs its self-metrics this often; the steady figures run between two such lines.
 STATS_INTERVAL_S = 0.5
+#: CPU placement (--no-pin: none): the service alone on CPU 0, the agent and wrk on CPU 1.
+#: Unpinned, where the scheduler put the agent against the service moved the `off` agent's
+#: CPU by 20.3-34.7 ms/s between runs, more than 99 Hz of samples cost.
+PIN = {"service": "0", "agent": "1", "client": "1"}
 #: ... and exports profiles this often (--profile-interval; the agent's default): a steady
 #: window takes in an export every so many seconds, so make --duration a few times this.
 PROFILE_INTERVAL_S = 10.0
@@ -155,9 +162,15 @@ def peak_rss_mb(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else 0.0
 
 
+def pinned(role: str, argv: list[str]) -> list[str]:
+    """``argv`` run on ``role``'s CPUs (PIN), or as it is when pinning is off."""
+    cpus = PIN.get(role) if PIN else None
+    return ["taskset", "-c", cpus, *argv] if cpus is not None else argv
+
+
 def start_service(port: int, work: int, spin: bool = False) -> subprocess.Popen:
     argv = [PYTHON, "-c", SPINNER, str(SPIN_DEPTH), str(work)] if spin else [PYTHON, "-c", SERVICE, str(port), str(work)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(pinned("service", argv), stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "listening"
     return proc
 
@@ -209,7 +222,7 @@ def start_agent(pid: int, extra: list[str], out: Path) -> tuple[subprocess.Popen
     args = [sys.executable, "-m", "otelbpf", "run", "--pid", str(pid), "--json-file", str(out / "t.json"),
             "--stats-interval", str(STATS_INTERVAL_S), "--profile-interval", f"{PROFILE_INTERVAL_S:g}",
             *OUTPUTS[OUTPUT](out), *extra]  # fmt: skip
-    agent = subprocess.Popen(args, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    agent = subprocess.Popen(pinned("agent", args), stderr=subprocess.PIPE, text=True, cwd=ROOT)
     for line in agent.stderr:
         if line.startswith("otelbpf: tracing,"):
             lines = StatsLines(agent)
@@ -229,7 +242,8 @@ def stop_agent(agent: subprocess.Popen, lines: StatsLines) -> tuple[dict, float]
 
 
 def wrk(port: int, seconds: float) -> float:
-    done = subprocess.run(["wrk", "-t1", "-c1", f"-d{seconds:g}s", f"http://127.0.0.1:{port}/"], capture_output=True, text=True)
+    done = subprocess.run(pinned("client", ["wrk", "-t1", "-c1", f"-d{seconds:g}s", f"http://127.0.0.1:{port}/"]),
+                          capture_output=True, text=True)  # fmt: skip
     match = re.search(r"Requests/sec:\s+([\d.]+)", done.stdout)
     if not match:
         raise RuntimeError(f"wrk: {done.stdout}{done.stderr}")
@@ -350,7 +364,7 @@ def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
 
 
 def main() -> int:
-    global OUTPUT, PROFILE_INTERVAL_S
+    global OUTPUT, PROFILE_INTERVAL_S, PIN
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=8.0, help="seconds of load per run (default 8)")
@@ -362,6 +376,7 @@ def main() -> int:
                    "(the agent's per-sample CPU without the tracing's run-to-run spread)")
     p.add_argument("--output", choices=sorted(OUTPUTS), default="json", help="where profiles go (default json: OTLP JSON lines)")
     p.add_argument("--json", metavar="PATH", help="write every run's figures here")
+    p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the scheduler (default: service on CPU 0, agent and wrk on CPU 1)")
     p.add_argument("--profile-interval", type=float, default=PROFILE_INTERVAL_S,
                    help=f"the agent's export interval, s (default {PROFILE_INTERVAL_S:g}, the agent's own)")
     args = p.parse_args()
@@ -370,6 +385,8 @@ def main() -> int:
         return 2
     OUTPUT = args.output
     PROFILE_INTERVAL_S = args.profile_interval
+    if args.no_pin or (os.cpu_count() or 1) < 2:
+        PIN = {}
     modes = [m for m in args.modes.split(",") if m]
     if not modes or modes[0] != "off" or any(m not in MODES for m in modes):
         print(f"profile_cost: --modes: `off` first, then any of {', '.join(MODES)}", file=sys.stderr)
