@@ -394,6 +394,34 @@ static Rule *lookup_rule(Process *p, uint64_t pc)
     return slot;
 }
 
+/* -- what both walks do at each frame ---------------------------------------- */
+
+/* Before a frame is recorded: the stack pointer must grow from frame to frame
+ * (when it is known) and the walk is bounded. STOP_NONE: go on. */
+static int frame_allowed(Process *p, int sp_known, uint64_t sp)
+{
+    if (sp_known) {
+        if (p->n > 0 && sp <= p->last_sp)
+            return STOP_SP;
+        p->last_sp = sp;
+    }
+    return p->n >= p->max ? STOP_MAX_FRAMES : STOP_NONE;
+}
+
+/* Records the frame at pc, whose rule was looked up at lookup (pc, or pc - 1 for a
+ * return address); the stop reason when no caller can be computed from that rule
+ * (STOP_NONE: go on). One place, so that both walks record and stop alike. */
+static int record_frame(Process *p, uint64_t pc, int activation, uint64_t lookup, const Rule *rule)
+{
+    p->pcs[p->n] = pc;
+    p->acts[p->n] = (uint8_t)activation;
+    p->n++;
+    p->last_lookup = lookup;
+    if (rule == NULL)
+        return STOP_NO_MODULE;
+    return rule->state == RULE_NO_CFI ? STOP_NO_CFI : STOP_NONE;
+}
+
 /* -- libdw's walk ------------------------------------------------------------- */
 
 /* Records one frame, then decides whether libdw may compute its caller. */
@@ -407,31 +435,13 @@ static int on_frame(Dwfl_Frame *state, void *arg)
         return DWARF_CB_ABORT;
     }
     Dwarf_Word sp;
-    if (dwfl_frame_reg(state, ARCH.sp_reg, &sp) == 0) {
-        if (p->n > 0 && sp <= p->last_sp) {
-            p->stop = STOP_SP;
-            return DWARF_CB_ABORT;
-        }
-        p->last_sp = sp;
-    }
-    if (p->n >= p->max) {
-        p->stop = STOP_MAX_FRAMES;
+    int sp_known = dwfl_frame_reg(state, ARCH.sp_reg, &sp) == 0;
+    p->stop = frame_allowed(p, sp_known, sp_known ? sp : 0);
+    if (p->stop != STOP_NONE)
         return DWARF_CB_ABORT;
-    }
-    p->pcs[p->n] = pc;
-    p->acts[p->n] = activation;
-    p->n++;
-    p->last_lookup = activation ? pc : pc - 1;
-    Rule *rule = lookup_rule(p, p->last_lookup);
-    if (rule == NULL) {
-        p->stop = STOP_NO_MODULE;
-        return DWARF_CB_ABORT;
-    }
-    if (rule->state == RULE_NO_CFI) {
-        p->stop = STOP_NO_CFI;
-        return DWARF_CB_ABORT;
-    }
-    return DWARF_CB_OK;
+    Dwarf_Addr lookup = activation ? pc : pc - 1;
+    p->stop = record_frame(p, pc, activation, lookup, lookup_rule(p, lookup));
+    return p->stop == STOP_NONE ? DWARF_CB_OK : DWARF_CB_ABORT;
 }
 
 /* Why a walk ended, from the callback's verdict, libdw's result and the reads.
@@ -481,33 +491,16 @@ static int fast_walk(Process *p)
     uint64_t pc = regs[RA_REG];
     for (int k = 0;; k++) {
         int activation = k == 0;
-        if (set >> ARCH.sp_reg & 1) {
-            if (p->n > 0 && regs[ARCH.sp_reg] <= p->last_sp) {
-                p->stop = STOP_SP;
-                return FAST_DONE;
-            }
-            p->last_sp = regs[ARCH.sp_reg];
-        }
-        if (p->n >= p->max) {
-            p->stop = STOP_MAX_FRAMES;
+        p->stop = frame_allowed(p, set >> ARCH.sp_reg & 1, regs[ARCH.sp_reg]);
+        if (p->stop != STOP_NONE)
             return FAST_DONE;
-        }
         uint64_t lookup = activation ? pc : pc - 1;
         Rule *rule = lookup_rule(p, lookup);
         if (rule != NULL && rule->state == RULE_COMPLEX)
             return FAST_LIBDW;
-        p->pcs[p->n] = pc;
-        p->acts[p->n] = (uint8_t)activation;
-        p->n++;
-        p->last_lookup = lookup;
-        if (rule == NULL) {
-            p->stop = STOP_NO_MODULE;
+        p->stop = record_frame(p, pc, activation, lookup, rule);
+        if (p->stop != STOP_NONE)
             return FAST_DONE;
-        }
-        if (rule->state == RULE_NO_CFI) {
-            p->stop = STOP_NO_CFI;
-            return FAST_DONE;
-        }
         /* the caller's registers (frame_unwind.c: handle_cfi) */
         int cfa_ok = rule->cfa_reg < NREGS_CFI && (set >> rule->cfa_reg & 1);
         uint64_t cfa = cfa_ok ? regs[rule->cfa_reg] + (uint64_t)(int64_t)rule->cfa_off : 0;
