@@ -153,6 +153,9 @@ class ProfileSampler:
         self._held_stacks: dict[int, tuple[int, ...]] = {}
         self._stack_last_drain: dict[int, int] = {}
         self._drains = 0
+        #: CPUs that may fill the ring, read once: os.cpu_count() reads sysfs (~45 us) and
+        #: unread_limit_s is asked before every sleep of the agent
+        self._cpus = os.cpu_count() or 1
         self.counters = {"samples": 0, "malformed": 0, "python_processes": 0, "python_unknown_versions": 0, "thread_rescans": 0}
 
     # -- start-up ---------------------------------------------------------
@@ -198,7 +201,7 @@ class ProfileSampler:
         4 MiB at 19 Hz on 2 CPUs, 0.3 s at 99 Hz; 0.05 s at 19 Hz on 64. Off-CPU
         samples come at every block, not at a rate: then at most one sleep interval."""
         record = HEADER.size + PROFILE_INFO_SIZE + PROFILE_STACK_BYTES + 8  # + the ring's own header
-        fill_s = self.config.ring_mb * 1024 * 1024 / (max(1, self.config.hz) * (os.cpu_count() or 1) * record)
+        fill_s = self.config.ring_mb * 1024 * 1024 / (max(1, self.config.hz) * self._cpus * record)
         limit = fill_s / 2
         return min(limit, OFF_CPU_UNREAD_LIMIT_S) if self.config.off_cpu else limit
 
