@@ -40,6 +40,7 @@ DESCRIPTIONS: dict[str, str] = {
     "otelbpf.association.pending_evicted": "client spans not offered for connection pairing (too many waiting)",
     "otelbpf.association.messages_evicted": "sent messages (DDS samples) forgotten before their readers linked to them (bound)",
     "otelbpf.association.late_clients": "server spans linked to a client span on their connection that was stamped after the server read the request (loopback)",
+    "otelbpf.profiles.cpu_time": "the agent's own CPU on profiles, microseconds, by stage: pipeline (decode, link, build stacks), export (encode, send)",
     "otelbpf.association.orphans_evicted": "server spans without a client span forgotten before a late one could link them (bound)",
 }
 

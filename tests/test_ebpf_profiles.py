@@ -764,6 +764,10 @@ def test_an_agent_sleeps_while_only_samples_come_and_loses_none(spinner: Target,
     assert stats.get("otelbpf.profiles.lost", 0) == 0, stats
     # asleep most of the time: a few wake-ups a second (the ring's unread limit), not 100 drains
     assert stats.get("otelbpf.agent.idle_sleeps", 0) >= seconds, stats
+    # the agent's own CPU on the samples, in microseconds: more than a clock read each, less than 5 ms
+    pipeline_us = stats.get("otelbpf.profiles.cpu_time{pipeline}", 0)
+    assert taken <= pipeline_us <= 5000 * taken, stats
+    assert stats.get("otelbpf.profiles.cpu_time{export}", 0) > 0, stats  # the interval written at exit
     written = [o for o in observations(read_profiles_json_file(tmp_path / "profiles.jsonl")) if o.pid == spinner.pid]
     assert len(written) == taken, (len(written), stats)
     whole = [o for o in written if "hot" in o.names() and o.names()[o.names().index("hot") + 1] == "caller"]

@@ -20,6 +20,7 @@ from otelbpf.identity import SpanStart, TraceGroup
 from otelbpf.model import SpanKind
 from otelbpf.profiles import gpu as gpu_profiles
 from otelbpf.profiles.model import FRAME_MARKER, FRAME_NATIVE, Frame
+from otelbpf.profiles.export import CPU_TIME
 from otelbpf.profiles.profiler import Profiler
 from otelbpf.profiles.records import (
     PROFILE_GPU_CALL,
@@ -394,3 +395,21 @@ def test_samples_on_an_engine_thread_link_to_the_step_running_then(rig):
     links = {s.frames[0].function: s.span_id for s in rig.flush(T0 + 100 * MS)}
     assert links == {"stack1": b"", "stack2": step, "stack3": step, "stack4": b"", "stack5": rig.request.span_id,
                      "stack6": b"", "stack7": step}  # fmt: skip
+
+
+def test_the_profiler_counts_its_own_cpu_on_samples() -> None:
+    """otelbpf.profiles.cpu_time{pipeline}: the pipeline thread's CPU on samples, in
+    microseconds, reported once a millisecond has gathered and whatever is left at the end;
+    never more than the thread really spent."""
+    rig = Rig()
+    spent_before = time.thread_time_ns()
+    for i in range(2000):
+        rig.stack(T0 + i * MS, i % 7, kind=PROFILE_ON_CPU)
+        rig.profiler.tick(T0 + i * MS, False)
+    rig.profiler.tick(T0 + 2000 * MS, True)
+    spent_us = (time.thread_time_ns() - spent_before) / 1000
+    counted = rig.counters.get(CPU_TIME, "pipeline")
+    assert 0 < counted <= spent_us, (counted, spent_us)
+    assert counted >= 2000 * 0.5  # two clock reads a sample at least (~0.4 us each here)
+    assert rig.counters.get("otelbpf.profiles.samples", "cpu") == 2000
+

@@ -24,8 +24,10 @@ from otlp_receiver import OtlpReceiver, attributes_dict, free_port, otlp_receive
 
 from otelbpf.profiles.encode import BUILD_ID, FRAME_TYPE, encode_profiles
 from otelbpf.profiles.export import (
+    CPU_TIME,
     EXPORT_FAILURES,
     EXPORTS,
+    BackgroundExporter,
     FlameGraphExporter,
     PprofDirectoryExporter,
     ProfilesJsonFileExporter,
@@ -368,6 +370,19 @@ def test_an_exporter_that_raises_is_a_counted_failure(tmp_path: Path) -> None:
     bad = Sample(CPU, 1, 1, T0, (INNER,), ("not a number",))
     assert exporter.export([bad], {}) is False
     assert counters.get(EXPORT_FAILURES, "pprof") == 1
+
+
+def test_the_export_thread_counts_its_own_cpu(tmp_path: Path) -> None:
+    """otelbpf.profiles.cpu_time{export}: what encoding and writing the intervals cost the
+    exporters' thread, in microseconds, beside the intervals delivered."""
+    counters = Counters()
+    background = BackgroundExporter([ProfilesJsonFileExporter(tmp_path / "p.jsonl", counters=counters)], counters=counters)
+    for _ in range(3):
+        assert background.export(make_samples() * 50, RESOURCES)
+    background.shutdown()
+    assert counters.get(EXPORTS, "jsonfile-profiles") == 3
+    assert len(read_profiles_json_file(tmp_path / "p.jsonl")) == 3
+    assert counters.get(CPU_TIME, "export") > 3 * 100  # 3 x (encoding ~450 samples, printing them as JSON)
 
 
 def test_merging_counts_each_identity_once() -> None:

@@ -69,8 +69,10 @@ _LABEL_KEYS: dict[str, str] = {
     "otelbpf.parse.errors": "protocol",
     EXPORTS: "sink",
     EXPORT_FAILURES: "sink",
+    "otelbpf.profiles.cpu_time": "stage",
 }
 _UNITS: dict[str, str] = {
+    "otelbpf.profiles.cpu_time": "us",
     "otelbpf.parse.errors": "{error}",
     "otelbpf.export.failures": "{attempt}",
     OVERFLOWED: "{measurement}",

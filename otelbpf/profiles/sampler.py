@@ -153,6 +153,8 @@ class ProfileSampler:
         self._held_stacks: dict[int, tuple[int, ...]] = {}
         self._stack_last_drain: dict[int, int] = {}
         self._drains = 0
+        #: this thread's CPU spent decoding samples (the profiler reports it: otelbpf.profiles.cpu_time)
+        self.cpu_ns = 0
         #: CPUs that may fill the ring, read once: os.cpu_count() reads sysfs (~45 us) and
         #: unread_limit_s is asked before every sleep of the agent
         self._cpus = os.cpu_count() or 1
@@ -220,6 +222,7 @@ class ProfileSampler:
             if consume:
                 self._bpf.ring_buffer_consume()
             raw, self._raw = self._raw, []
+        started = time.thread_time_ns() if raw else 0  # most drains read none: no clock read then
         out = []
         decode = self.decoder.decode
         kernel_stacks: dict[int, tuple[int, ...]] = {}
@@ -238,6 +241,8 @@ class ProfileSampler:
             out.append(event)
         self.counters["malformed"] = self.decoder.malformed
         self._release_kernel_stacks(kernel_stacks)
+        if raw:
+            self.cpu_ns += time.thread_time_ns() - started
         return out
 
     def _kernel_stack(self, stack_id: int, seen: dict[int, tuple[int, ...]]) -> tuple[int, ...]:
