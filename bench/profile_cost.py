@@ -31,6 +31,12 @@ and reports per mode (medians over rounds; ratios pair by pair within a round):
                                     also the export of what is held at exit and the teardown,
                                     whose spread (tens of ms) is large against a few hundred
                                     samples at 19 Hz
+  agent us/sample (own)             the agent's own count of its CPU on the samples
+                                    (otelbpf.profiles.cpu_time: decoding, linking, building,
+                                    encoding and writing them) per sample, over the steady
+                                    window; no `off` run is subtracted, so it holds on the HTTP
+                                    service too, where tracing the requests moves the agent's
+                                    CPU between runs by more than the samples cost
   agent peak RSS                    VmHWM of the agent at the end
 
 and, per pair of profiled modes, the agent CPU per extra sample between them in a round
@@ -120,7 +126,10 @@ MODES = {
 }
 DEFAULT_MODES = "off,p19,p99,p999"
 #: The agent logs its self-metrics this often; the steady figures run between two such lines.
-STATS_INTERVAL_S = 0.5
+#: Not shorter: an idle agent wakes once a second anyway (otelbpf/agent.py, IDLE_WAIT_MAX_S),
+#: and a line every 0.5 s doubled its wake-ups, each of which reads the samples held since
+#: the last from cold caches (--service spin, 19 Hz: 53.5 us a sample at 0.5 s, 35.5 at 1 s).
+STATS_INTERVAL_S = 1.0
 #: CPU placement (--no-pin: none): the service alone on CPU 0, the agent and wrk on CPU 1.
 #: Unpinned, where the scheduler put the agent against the service moved the `off` agent's
 #: CPU by 20.3-34.7 ms/s between runs, more than 99 Hz of samples cost.
@@ -185,12 +194,13 @@ OUTPUT = "json"
 
 
 class StatsLines(threading.Thread):
-    """Reads the agent's self-metrics lines as they come: (monotonic, agent CPU s, samples) each."""
+    """Reads the agent's self-metrics lines as they come: (monotonic, agent CPU s, samples, the
+    agent's own count of its CPU on profiles in s) each."""
 
     def __init__(self, agent: subprocess.Popen) -> None:
         super().__init__(daemon=True)
         self.agent = agent
-        self.points: list[tuple[float, float, int]] = []
+        self.points: list[tuple[float, float, int, float]] = []
         self.last: dict = {}
 
     def run(self) -> None:
@@ -203,19 +213,25 @@ class StatsLines(threading.Thread):
                     cpu = None
                 self.last = stats
                 if cpu is not None:
-                    self.points.append((time.monotonic(), cpu, samples_of(stats)))
+                    self.points.append((time.monotonic(), cpu, samples_of(stats), own_profile_cpu_s(stats)))
 
-    def between(self, start: float, end: float) -> tuple[float, float, int] | None:
-        """(seconds, agent CPU seconds, samples) between the first and last line in [start, end]."""
+    def between(self, start: float, end: float) -> tuple[float, float, int, float] | None:
+        """(seconds, agent CPU seconds, samples, the agent's own profile CPU seconds) between
+        the first and last line in [start, end]."""
         inside = [p for p in self.points if start <= p[0] <= end]
         if len(inside) < 2:
             return None
-        (t0, c0, s0), (t1, c1, s1) = inside[0], inside[-1]
-        return t1 - t0, c1 - c0, s1 - s0
+        (t0, c0, s0, p0), (t1, c1, s1, p1) = inside[0], inside[-1]
+        return t1 - t0, c1 - c0, s1 - s0, p1 - p0
 
 
 def samples_of(stats: dict) -> int:
     return sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.samples{"))
+
+
+def own_profile_cpu_s(stats: dict) -> float:
+    """The agent's own count of its CPU on profiles (otelbpf.profiles.cpu_time, us, every stage)."""
+    return sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.cpu_time{")) / 1e6
 
 
 def start_agent(pid: int, extra: list[str], out: Path) -> tuple[subprocess.Popen, StatsLines]:
@@ -272,7 +288,7 @@ def run_mode(mode: str, args, out: Path) -> dict:
         if agent:
             steady = lines.between(load_start, load_end)
             if steady is not None:
-                result["steady_s"], result["steady_cpu_s"], result["steady_samples"] = steady
+                result["steady_s"], result["steady_cpu_s"], result["steady_samples"], result["own_cpu_s"] = steady
             bpf = delta(before_bpf, snapshot(agent.pid))
             sample_prog = [p for p in bpf["programs"] if p["name"].startswith("profile_on_cpu")]
             result["bpf_runs"] = sum(p["runs"] for p in sample_prog)
@@ -325,6 +341,16 @@ def steady_us(row: dict, off: dict) -> float | None:
     return (row["steady_cpu_s"] - tracing_per_s * row["steady_s"]) * 1e6 / row["steady_samples"]
 
 
+def own_us(row: dict) -> float | None:
+    """The agent's own count of its CPU on the samples (otelbpf.profiles.cpu_time, every stage)
+    per sample, over the steady window: no `off` run subtracted, so the run-to-run spread of
+    tracing the requests is not in it (what the agent spends around the samples is: waking for
+    them, their share of the reorder window)."""
+    if not row.get("steady_samples") or row.get("own_cpu_s") is None:
+        return None
+    return row["own_cpu_s"] * 1e6 / row["steady_samples"]
+
+
 def slope_us(low: dict, high: dict, off: dict) -> float | None:
     """The agent's CPU per sample between two rates of one round: what each extra
     sample costs, without the per-run fixed costs (opening the process's modules,
@@ -337,13 +363,14 @@ def slope_us(low: dict, high: dict, off: dict) -> float | None:
 
 
 def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
-    lines = ["mode   req/s     x off   samples  lost  BPF ns/run  BPF ns/sample  agent us/sample (steady, to exit)  "
+    lines = ["mode   req/s     x off   samples  lost  BPF ns/run  BPF ns/sample  agent us/sample (steady, to exit, own)  "
              "agent ms/s  agent peak RSS MB"]  # fmt: skip
     for mode in modes:
         rows = [r[mode] for r in rounds]
         ratio = median([r[mode]["rps"] / r["off"]["rps"] for r in rounds if r[mode]["rps"] and r["off"]["rps"]])
         us = median([marginal_us(r[mode], r["off"]) for r in rounds if mode not in ("off", "none")])
         steady = median([steady_us(r[mode], r["off"]) for r in rounds if mode not in ("off", "none")])
+        own = median([own_us(row) for row in rows])
         per_s = median([row["steady_cpu_s"] * 1e3 / row["steady_s"] for row in rows if row.get("steady_s")])
         per_run = median([row["bpf_ns"] / row["bpf_runs"] for row in rows if row.get("bpf_runs")])
         bpf = median([row["bpf_ns"] / row["samples"] for row in rows if row.get("samples")])
@@ -352,7 +379,8 @@ def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
             f"{median([row.get('samples') for row in rows]) or 0:>7.0f}  {median([row.get('lost') for row in rows]) or 0:>4.0f}  "
             f"{per_run if per_run is not None else float('nan'):>10.0f}  "
             f"{bpf if bpf is not None else float('nan'):>13.0f}  "
-            f"{steady if steady is not None else float('nan'):>21.1f}, {us if us is not None else float('nan'):>8.1f}  "
+            f"{steady if steady is not None else float('nan'):>21.1f}, {us if us is not None else float('nan'):>8.1f}, "
+            f"{own if own is not None else float('nan'):>5.1f}  "
             f"{per_s if per_s is not None else float('nan'):>10.2f}  {median([row.get('peak_rss_mb') for row in rows]) or 0:>17.0f}"
         )
     profiled = [mode for mode in modes if mode not in ("off", "none")]
