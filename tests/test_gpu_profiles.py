@@ -413,3 +413,29 @@ def test_the_profiler_counts_its_own_cpu_on_samples() -> None:
     assert counted >= 2000 * 0.5  # two clock reads a sample at least (~0.4 us each here)
     assert rig.counters.get("otelbpf.profiles.samples", "cpu") == 2000
 
+
+def test_stacks_are_built_in_batches_before_anything_reads_them() -> None:
+    """A sample's stack is built with the next ones (BUILD_BATCH, or after BUILD_DELAY_NS on the
+    event clock), and always before an export or the process's exit reads or forgets it."""
+    from otelbpf.profiles.profiler import BUILD_BATCH, BUILD_DELAY_NS
+
+    rig = Rig()
+    built = []
+    frames = rig.profiler.builder.frames
+    rig.profiler.builder.frames = lambda event: built.append(event.stack_addr) or frames(event)
+    for i in range(BUILD_BATCH - 1):
+        rig.stack(T0 + i, i, kind=PROFILE_ON_CPU)
+    assert built == []  # waiting for the batch
+    rig.stack(T0 + BUILD_BATCH, BUILD_BATCH - 1, kind=PROFILE_ON_CPU)
+    assert built == list(range(BUILD_BATCH))
+    rig.stack(T0 + MS, 100, kind=PROFILE_ON_CPU)
+    rig.profiler.tick(T0 + MS + BUILD_DELAY_NS - 1, False)
+    assert len(built) == BUILD_BATCH
+    rig.profiler.tick(T0 + MS + BUILD_DELAY_NS, False)  # the oldest waited long enough
+    assert built[-1] == 100
+    rig.stack(T0 + 2 * MS, 200, kind=PROFILE_ON_CPU)
+    rig.profiler.forget(PID)  # the process exited: built while the builder still knows it
+    assert built[-1] == 200
+    rig.stack(T0 + 3 * MS, 300, kind=PROFILE_ON_CPU)
+    exported = rig.flush(T0 + 4 * MS)
+    assert sorted(s.frames[0].function for s in exported) == sorted(f"stack{n}" for n in [*range(BUILD_BATCH), 100, 200, 300])
