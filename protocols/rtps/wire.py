@@ -327,6 +327,8 @@ def locator_kinds(parameter_list: list[tuple[int, bytes]], little: bool) -> set[
 
 def cdr_string(value: bytes, little: bool) -> str:
     """A CDR string parameter: uint32 length (with the NUL), then the bytes."""
+    if len(value) < 4:  # an empty or cut parameter: malformed input, not a crash of the caller
+        raise RtpsError("string parameter shorter than its length")
     (length,) = struct.unpack_from("<I" if little else ">I", value, 0)
     if length == 0 or length > len(value) - 4:
         raise RtpsError("bad string parameter")

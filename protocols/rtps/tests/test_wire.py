@@ -103,3 +103,11 @@ def test_time_conversion_round_trips():
         seconds, fraction = wire.time_ns_to_rtps(ns)
         raw = build.header() + build.submessage(wire.INFO_TS, seconds.to_bytes(4, "little") + fraction.to_bytes(4, "little"))
         assert wire.parse_message(raw).submessages[0].time_ns == ns
+
+
+@pytest.mark.parametrize("value", [b"", b"\x05", b"\x05\x00\x00"])
+def test_a_string_parameter_shorter_than_its_length_word_is_malformed_input(value: bytes) -> None:
+    """A damaged discovery announcement whose topic or type name parameter is cut (hypothesis
+    found one with an empty type name) is an RtpsError the directory counts, not a struct.error."""
+    with pytest.raises(wire.RtpsError):
+        wire.cdr_string(value, little=True)
