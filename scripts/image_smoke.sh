@@ -12,7 +12,9 @@
 # mmdebstrap from the Debian mirror and imported (BASE=localhost/otelbpf-base:bookworm).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-command -v podman >/dev/null || command -v docker >/dev/null || apt-get install -y -q podman >/dev/null
+# an engine is one that answers (container_engine.sh): a docker client whose daemon does not
+# answer is none, so podman is installed then too
+"$here/scripts/container_engine.sh" >/dev/null 2>&1 || apt-get install -y -q podman >/dev/null
 engine=$("$here/scripts/container_engine.sh")
 image=${IMAGE:-localhost/otelbpf:smoke}
 base=${BASE:-}

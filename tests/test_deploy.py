@@ -298,3 +298,37 @@ def test_the_plain_daemonset_is_the_charts_default_rendering():
         if key in plain:
             assert comparable(doc) == plain[key], key
     assert ("DaemonSet", "otelbpf") in plain
+
+
+def _fake_tools(bin_dir, **tools: int) -> dict[str, str]:
+    """Executables named after ``tools`` in ``bin_dir``, each exiting with its code; PATH holds only them."""
+    bin_dir.mkdir(exist_ok=True)
+    for name, code in tools.items():
+        tool = bin_dir / name
+        tool.write_text(f"#!/bin/sh\nexit {code}\n")
+        tool.chmod(0o755)
+    return {"PATH": str(bin_dir)}
+
+
+@pytest.mark.parametrize(
+    "tools, engine",
+    [
+        ({"docker": 1}, None),  # a docker client whose daemon does not answer is no engine
+        ({"docker": 0}, "docker"),
+        ({"podman": 0, "docker": 0}, "podman"),
+        ({}, None),
+    ],
+)
+def test_a_container_engine_is_one_that_answers(tmp_path, tools, engine):
+    """scripts/container_engine.sh (make image, image_smoke.sh): image_smoke.sh installs podman
+    whenever it says there is none, so a docker client without a daemon no longer stops it."""
+    import subprocess
+
+    done = subprocess.run(["/bin/bash", str(ROOT / "scripts" / "container_engine.sh")], env=_fake_tools(tmp_path / "bin", **tools),
+                          capture_output=True, text=True)  # fmt: skip
+    if engine is None:
+        assert done.returncode != 0 and "no container engine: install podman" in done.stderr, done
+    else:
+        assert done.returncode == 0 and done.stdout.strip() == engine, done
+    smoke = (ROOT / "scripts" / "image_smoke.sh").read_text()
+    assert 'container_engine.sh" >/dev/null 2>&1 || apt-get install -y -q podman' in smoke
