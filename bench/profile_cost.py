@@ -189,8 +189,28 @@ OUTPUTS = {
     "json": lambda out: ["--profiles-json-file", str(out / "p.json")],  # OTLP encoding + protobuf's JSON printer
     "pprof": lambda out: ["--pprof-dir", str(out / "pprof")],
     "flamegraph": lambda out: ["--flamegraph", str(out / "f.html")],
+    # OTLP/gRPC, as a Collector would get them (the spans too, in every mode): OTLP encoding
+    # and protobuf serialization, to bench/otlp_counting_receiver.py in a child process
+    "otlp": lambda out: ["--otlp-endpoint", OTLP_ENDPOINT, "--otlp-protocol", "grpc"],
 }
 OUTPUT = "json"
+#: --output otlp: the receiver's gRPC endpoint (start_receiver)
+OTLP_ENDPOINT = ""
+
+
+def start_receiver() -> subprocess.Popen:
+    """bench/otlp_counting_receiver.py (decodes with the official protobufs, keeps no spans),
+    pinned with wrk; sets OTLP_ENDPOINT."""
+    global OTLP_ENDPOINT
+    script = ROOT / "bench" / "otlp_counting_receiver.py"
+    proc = subprocess.Popen(pinned("client", [sys.executable, str(script)]), stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, cwd=ROOT)  # fmt: skip
+    line = proc.stdout.readline()
+    if not line.startswith("READY "):
+        proc.kill()
+        raise RuntimeError(f"the OTLP receiver did not start (got {line!r})")
+    OTLP_ENDPOINT = f"http://127.0.0.1:{json.loads(line[len('READY '):])['grpc_port']}"
+    return proc
 
 
 class StatsLines(threading.Thread):
@@ -402,7 +422,8 @@ def main() -> int:
     p.add_argument("--service", choices=("http", "spin"), default="http",
                    help="http: the HTTP service under wrk (default); spin: the same code in a loop, no requests "
                    "(the agent's per-sample CPU without the tracing's run-to-run spread)")
-    p.add_argument("--output", choices=sorted(OUTPUTS), default="json", help="where profiles go (default json: OTLP JSON lines)")
+    p.add_argument("--output", choices=sorted(OUTPUTS), default="json",
+                   help="where profiles go (default json: OTLP JSON lines; otlp: OTLP/gRPC to a local receiver)")
     p.add_argument("--json", metavar="PATH", help="write every run's figures here")
     p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the scheduler (default: service on CPU 0, agent and wrk on CPU 1)")
     p.add_argument("--profile-interval", type=float, default=PROFILE_INTERVAL_S,
@@ -422,6 +443,7 @@ def main() -> int:
     modes = (["none"] if args.with_none else []) + modes
     rounds = []
     previous = set_stats(True)
+    receiver = start_receiver() if OUTPUT == "otlp" else None
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for number in range(args.rounds):
@@ -432,6 +454,9 @@ def main() -> int:
                 rounds.append(round_)
     finally:
         set_stats(previous)
+        if receiver is not None:
+            receiver.stdin.close()  # EOF: it stops
+            receiver.wait(10)
     print(report(rounds, modes))
     if args.json:
         Path(args.json).write_text(json.dumps(rounds, indent=1))
