@@ -320,6 +320,8 @@ def run_mode(mode: str, args, out: Path) -> dict:
             result["agent_cpu_s"] = total_cpu - before_cpu
             result["samples"] = samples_of(stats)
             result["lost"] = stats.get("otelbpf.profiles.lost", 0)
+            result["exports"] = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.exports{"))
+            result["export_failures"] = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.export.failures"))
         return result
     finally:
         if agent is not None:
