@@ -59,9 +59,9 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # utime + stime
 
 
-def start_agent(server: int, client: int, out: Path) -> subprocess.Popen:
+def start_agent(server: int, client: int, out: Path, extra: list[str]) -> subprocess.Popen:
     agent = subprocess.Popen(
-        [sys.executable, "-m", "otelbpf", "run", "--pid", str(server), "--pid", str(client), "--json-file", str(out)],
+        [sys.executable, "-m", "otelbpf", "run", "--pid", str(server), "--pid", str(client), "--json-file", str(out), *extra],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     for line in agent.stderr:
@@ -84,6 +84,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=10.0, help="length of one round")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per mode (alternated off, on, off, on ...)")
+    parser.add_argument("--agent-arg", action="append", default=[], metavar="ARG",
+                        help="one more argument for `otelbpf run` (repeat it), e.g. --agent-arg=--no-profiles: the "
+                        "tracing alone (profiles are on by default, at 19 Hz of two busy processes)")
     args = parser.parse_args()
 
     server = subprocess.Popen(
@@ -100,7 +103,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as tmp:
             for i in range(args.rounds * 2):
                 mode = "off" if i % 2 == 0 else "on"
-                agent = start_agent(server.pid, client.pid, Path(tmp) / f"spans{i}.json") if mode == "on" else None
+                agent = start_agent(server.pid, client.pid, Path(tmp) / f"spans{i}.json", args.agent_arg) if mode == "on" else None
                 ticks0 = cpu_ticks(agent.pid) if agent else 0
                 client.stdin.write(f"{args.seconds}\n")
                 client.stdin.flush()
