@@ -245,13 +245,18 @@ class StatsLines(threading.Thread):
         return t1 - t0, c1 - c0, s1 - s0, p1 - p0
 
 
+def counted(stats: dict, name: str) -> int:
+    """A self-metric of a stats line summed over its labels (``name{label}`` keys)."""
+    return sum(v for k, v in stats.items() if k.startswith(name + "{"))
+
+
 def samples_of(stats: dict) -> int:
-    return sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.samples{"))
+    return counted(stats, "otelbpf.profiles.samples")
 
 
 def own_profile_cpu_s(stats: dict) -> float:
     """The agent's own count of its CPU on profiles (otelbpf.profiles.cpu_time, us, every stage)."""
-    return sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.cpu_time{")) / 1e6
+    return counted(stats, "otelbpf.profiles.cpu_time") / 1e6
 
 
 def start_agent(pid: int, extra: list[str], out: Path) -> tuple[subprocess.Popen, StatsLines]:
@@ -320,8 +325,8 @@ def run_mode(mode: str, args, out: Path) -> dict:
             result["agent_cpu_s"] = total_cpu - before_cpu
             result["samples"] = samples_of(stats)
             result["lost"] = stats.get("otelbpf.profiles.lost", 0)
-            result["exports"] = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.exports{"))
-            result["export_failures"] = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.export.failures"))
+            result["exports"] = counted(stats, "otelbpf.profiles.exports")
+            result["export_failures"] = counted(stats, "otelbpf.profiles.export.failures")
         return result
     finally:
         if agent is not None:
