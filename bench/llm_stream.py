@@ -139,7 +139,7 @@ def call_bytes(number: int, tokens: int) -> tuple[bytes, bytes, list[bytes]]:
 def in_process_events(calls: int, tokens: int, streams: int) -> tuple[list, int]:
     """Both sides' events for ``calls`` calls over ``streams`` kept-alive connections, in time
     order, and the number of SSE chunks per side."""
-    from otelbpf.events import ConnOpen, DataEvent, RoleHint
+    from otelbpf.core.events import ConnOpen, DataEvent, RoleHint
     from protocols.base import Direction
 
     ingress, egress = Direction.INGRESS, Direction.EGRESS
@@ -186,12 +186,12 @@ def in_process_round(events: list, taps: bool) -> tuple[float, int]:
 
     from pipeline_hot_path import EncodingSink, NoSource
 
-    from otelbpf.agent import live_pipeline
+    from otelbpf.runtime.agent import live_pipeline
     from otelbpf.export import BatchSpanProcessor
     from otelbpf.metrics import MeteredProcessor, SpanMetrics
     from otelbpf.registry import default_instruments
-    from otelbpf.resources import ProcessResources
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.host.resources import ProcessResources
+    from otelbpf.core.selfmetrics import Counters
 
     counters = Counters()
     resources = ProcessResources(describe=lambda pid, comm: {"service.name": "llm", "process.pid": pid})
@@ -221,7 +221,7 @@ def in_process_round(events: list, taps: bool) -> tuple[float, int]:
 def in_process_main(args) -> int:
     events, chunks = in_process_events(args.calls, args.tokens, args.threads)
     in_process_round(events[: len(events) // 10], True)  # warm-up: imports, caches
-    from otelbpf import gctune
+    from otelbpf.runtime import gctune
 
     gctune.tune()  # as `otelbpf run` sets the collector
     print(f"{args.calls} calls x {args.tokens} tokens over {args.threads} streams ({chunks:,} SSE chunks per side), "

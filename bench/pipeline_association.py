@@ -5,7 +5,7 @@ with the events a gateway -> backend pair produces, both processes traced:
 per request, the gateway reads a request, calls the backend, the backend
 reads and answers, the gateway answers. CONCURRENCY requests are in flight
 at once, on CONCURRENCY gateway threads, interleaved. Runs the same events
-with association on (otelbpf.association.Linker) and off (every span a
+with association on (otelbpf.core.association.Linker) and off (every span a
 root), alternated, and reports spans/s and the ratio. Then measures the
 memory held per open request (request read, not answered yet).
 
@@ -22,13 +22,13 @@ import statistics
 import time
 import tracemalloc
 
-from otelbpf.association import Linker
-from otelbpf.events import ConnOpen, DataEvent, RoleHint
-from otelbpf.identity import SpanStart, TraceGroup
-from otelbpf.model import new_span_id, new_trace_id
+from otelbpf.core.association import Linker
+from otelbpf.core.events import ConnOpen, DataEvent, RoleHint
+from otelbpf.core.identity import SpanStart, TraceGroup
+from otelbpf.core.model import new_span_id, new_trace_id
 from otelbpf.pipeline import Pipeline
-from otelbpf.resources import ProcessResources
-from otelbpf.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
+from otelbpf.core.selfmetrics import Counters
 from protocols.base import Direction
 
 GATEWAY, BACKEND = 1000, 2000

@@ -18,7 +18,7 @@ machine barely moves it)::
     perf record -g .venv/bin/python bench/pipeline_hot_path.py     # native symbols, inside compiled code
 
 The garbage collector is set as ``otelbpf run`` sets it once started
-(``otelbpf.gctune``; ``--gc default`` keeps CPython's thresholds), and the
+(``otelbpf.runtime.gctune``; ``--gc default`` keeps CPython's thresholds), and the
 time it took is reported apart (``gc.callbacks``).
 
 No eBPF and no root needed. bench/nginx_wrk.py measures the live agent
@@ -38,14 +38,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from otelbpf.agent import live_pipeline  # noqa: E402
-from otelbpf.events import ConnOpen, DataEvent, RoleHint  # noqa: E402
+from otelbpf.runtime.agent import live_pipeline  # noqa: E402
+from otelbpf.core.events import ConnOpen, DataEvent, RoleHint  # noqa: E402
 from otelbpf.export import BatchSpanProcessor  # noqa: E402
 from otelbpf.export.base import SpanBatch  # noqa: E402
 from otelbpf.metrics import MeteredProcessor, SpanMetrics  # noqa: E402
 from otelbpf.registry import default_instruments  # noqa: E402
-from otelbpf.resources import ProcessResources  # noqa: E402
-from otelbpf.selfmetrics import Counters  # noqa: E402
+from otelbpf.host.resources import ProcessResources  # noqa: E402
+from otelbpf.core.selfmetrics import Counters  # noqa: E402
 from protocols.base import Direction  # noqa: E402
 
 NGINX = 4242
@@ -239,13 +239,13 @@ def main() -> int:
                         "live agent's drains, so per-connection state is cold (e.g. 8192 with --connections 300; "
                         "default 0: everything stays cached)")
     p.add_argument("--gc", choices=("agent", "default"), default="agent",
-                   help="garbage collector as `otelbpf run` sets it (otelbpf.gctune), or CPython's defaults")
+                   help="garbage collector as `otelbpf run` sets it (otelbpf.runtime.gctune), or CPython's defaults")
     p.add_argument("--protocol", choices=("http1", "grpc"), default="http1",
                    help="nginx's HTTP/1.1 exchanges (default), or the server side of unary gRPC calls")
     args = p.parse_args()
     run_once(2_000, args.connections, args.evict_kib, args.batch, args.protocol)  # warm-up: imports, caches
     if args.gc == "agent":
-        from otelbpf import gctune
+        from otelbpf.runtime import gctune
 
         gctune.tune()
     clock = GcClock()

@@ -126,7 +126,7 @@ MODES = {
 }
 DEFAULT_MODES = "off,p19,p99,p999"
 #: The agent logs its self-metrics this often; the steady figures run between two such lines.
-#: Not shorter: an idle agent wakes once a second anyway (otelbpf/agent.py, IDLE_WAIT_MAX_S),
+#: Not shorter: an idle agent wakes once a second anyway (otelbpf/runtime/agent.py, IDLE_WAIT_MAX_S),
 #: and a line every 0.5 s doubled its wake-ups, each of which reads the samples held since
 #: the last from cold caches (--service spin, 19 Hz: 53.5 us a sample at 0.5 s, 35.5 at 1 s).
 STATS_INTERVAL_S = 1.0

@@ -377,13 +377,13 @@ def agent_child(argv: list[str]) -> int:
         child.stage("import the native unwinder (libdw)", "imports")
     except ImportError:
         pass
-    import otelbpf.cli as cli
-    import otelbpf.gctune as gctune
+    import otelbpf.cli.main as cli
+    import otelbpf.runtime.gctune as gctune
     import otelbpf.sources.ringbuf as ringbuf
     from otelbpf.profiles.sampler import ProfileSampler
     from otelbpf.sources.ebpf import EbpfSource
 
-    import otelbpf.agent  # noqa: F401
+    import otelbpf.runtime.agent  # noqa: F401
     import otelbpf.profiles.profiler  # noqa: F401
 
     child.stage("import the rest of otelbpf (cli, agent, sources, profiles)", "imports")
@@ -403,7 +403,7 @@ def agent_child(argv: list[str]) -> int:
     def preflight():
         child.stage("options checked", "start-up")
         if "skip_regs_check" in fixes:  # the check `run`'s own compile repeats, with its fallback
-            import otelbpf.doctor as doctor
+            import otelbpf.cli.doctor as doctor
 
             doctor.check_task_regs = lambda: doctor.Check("task pt_regs helpers", doctor.OK, "skipped (rss_breakdown)")
         if "fork_preflight" in fixes:  # the doctor's checks in a child process: its compiles are not ours

@@ -26,7 +26,7 @@ enum direction {
     DIR_EGRESS = 1,  /* the process wrote the bytes */
 };
 
-/* Which probe family saw a payload (otelbpf.events.Source). */
+/* Which probe family saw a payload (otelbpf.core.events.Source). */
 enum data_source {
     SOURCE_SOCKET = 0, /* socket tracepoints */
     SOURCE_TLS = 1,    /* TLS library uprobes (plaintext) */

@@ -108,7 +108,7 @@ struct comm_prefix {
 BPF_ARRAY(excluded_comms, struct comm_prefix, MAX_EXCLUDED_COMMS);
 BPF_PERCPU_ARRAY(stats, __u64, STAT_COUNT);
 BPF_RINGBUF_OUTPUT(events, RINGBUF_PAGES);
-/* 1 while the agent sleeps on an empty ring (otelbpf/agent.py, "Sleeping while
+/* 1 while the agent sleeps on an empty ring (otelbpf/runtime/agent.py, "Sleeping while
  * idle"), else 0. Records are submitted without a wake-up (BPF_RB_NO_WAKEUP):
  * a busy agent drains on its 10 ms timer, and a wake-up per record would cost
  * the traced process an irq_work each. While the agent sleeps they are

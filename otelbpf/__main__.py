@@ -1,5 +1,5 @@
 import sys
 
-from otelbpf.cli import main
+from otelbpf.cli.main import main
 
 sys.exit(main())

@@ -4,10 +4,10 @@
 # Attributes not declared here still work (the instance keeps a __dict__ for them),
 # only slower: declare the ones the hot path reads.
 cimport cython as cy
-from otelbpf.association cimport Linker, hold_or_release, release
-from otelbpf.connections cimport Connection, ConnectionTable
-from otelbpf.events cimport DataEvent
-from otelbpf.identity cimport SpanStart
+from otelbpf.core.association cimport Linker, hold_or_release, release
+from otelbpf.core.connections cimport Connection, ConnectionTable
+from otelbpf.core.events cimport DataEvent
+from otelbpf.core.identity cimport SpanStart
 from protocols.base cimport ExchangeCompleted, ExchangeStarted
 
 

@@ -24,9 +24,9 @@ import logging
 from functools import partial
 from typing import Callable, Protocol
 
-from otelbpf.association import MESSAGE, Linker, hold_or_release, release
-from otelbpf.connections import Connection, ConnectionTable
-from otelbpf.events import (
+from otelbpf.core.association import MESSAGE, Linker, hold_or_release, release
+from otelbpf.core.connections import Connection, ConnectionTable
+from otelbpf.core.events import (
     CallEvent,
     ConnClose,
     ConnOpen,
@@ -38,11 +38,11 @@ from otelbpf.events import (
     ProcessExit,
     ProcessStart,
 )
-from otelbpf.identity import SpanStart
-from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.core.identity import SpanStart
+from otelbpf.core.model import SpanKind, SpanRecord
 from otelbpf.registry import Registry, default_registry
-from otelbpf.resources import ProcessResources
-from otelbpf.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.semantics.common import SpanOptions
 from protocols.base import (
     Exchange,

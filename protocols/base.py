@@ -44,7 +44,7 @@ class Direction(enum.IntEnum):
 class ExchangeKind(enum.IntEnum):
     """The span kind an exchange implies, from the traced process's side.
 
-    Same numbers as OTLP's ``Span.SpanKind`` (and ``otelbpf.model.SpanKind``).
+    Same numbers as OTLP's ``Span.SpanKind`` (and ``otelbpf.core.model.SpanKind``).
     """
 
     INTERNAL = 1

@@ -27,7 +27,7 @@ def _ebpf_unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "not root"
     try:
-        from otelbpf.doctor import failures, run_checks
+        from otelbpf.cli.doctor import failures, run_checks
 
         failed = failures(run_checks())
     except Exception as exc:  # pragma: no cover - environment specific

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from otelbpf.association import TASK_DECISION_TIMEOUT_NS, Linker, hold_or_release, release
-from otelbpf.connections import Connection
-from otelbpf.model import SpanKind, SpanRecord
-from otelbpf.propagation import extract_parent
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.association import TASK_DECISION_TIMEOUT_NS, Linker, hold_or_release, release
+from otelbpf.core.connections import Connection
+from otelbpf.core.model import SpanKind, SpanRecord
+from otelbpf.core.propagation import extract_parent
+from otelbpf.core.selfmetrics import Counters
 from protocols.http1.parse import HeadComplete, HttpParser
 from protocols.http1.types import FieldBlock
 

@@ -152,7 +152,7 @@ def test_doctor_and_run_refuse_without_privileges(tmp_path):
 
 YIELD = (
     "import os\n"
-    "from otelbpf.cli import _autogroup, yield_cpu\n"
+    "from otelbpf.cli.main import _autogroup, yield_cpu\n"
     "yield_cpu(10)\n"
     "group = _autogroup(os.getpid())\n"
     "print(os.getpriority(os.PRIO_PROCESS, 0), group[1] if group else 'none')\n"
@@ -174,7 +174,7 @@ FAILING_START = (
     "def start(self):\n"
     "    raise ebpf.CaptureError('cannot load the probes (test)')\n"
     "ebpf.EbpfSource.start = start\n"
-    "from otelbpf.cli import main\n"
+    "from otelbpf.cli.main import main\n"
     "sys.exit(main(sys.argv[1:]))\n"
 )
 

@@ -82,7 +82,7 @@ def cimported_pxds(name: str) -> list[Path]:
 
 
 def test_staleness_follows_cimported_pxds():
-    assert ROOT / "otelbpf/identity.pxd" in cimported_pxds("otelbpf.pipeline")  # via association.pxd too
+    assert ROOT / "otelbpf/core/identity.pxd" in cimported_pxds("otelbpf.pipeline")  # via association.pxd too
     assert ROOT / "protocols/http1/types.pxd" in cimported_pxds("protocols.http1.stitch")  # via parse.pxd
 
 

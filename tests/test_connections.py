@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import socket
 
-from otelbpf.connections import DETECT_MAX_EVENTS, ConnectionTable
-from otelbpf.events import ConnOpen, DatagramEvent, DataEvent, RoleHint, Source
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.connections import DETECT_MAX_EVENTS, ConnectionTable
+from otelbpf.core.events import ConnOpen, DatagramEvent, DataEvent, RoleHint, Source
+from otelbpf.core.selfmetrics import Counters
 from protocols.base import Direction, ExchangeStarted, Outcome
 from protocols.http1 import Http1Detector
 from tests.toy_protocol.protocol import ToyDetector

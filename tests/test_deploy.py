@@ -27,7 +27,7 @@ import pytest
 import yaml
 from conftest import ROOT
 
-from otelbpf.cli import build_parser
+from otelbpf.cli.main import build_parser
 
 DEPLOY = ROOT / "deploy"
 CHART = DEPLOY / "helm" / "otelbpf"
@@ -169,8 +169,8 @@ def test_every_flag_the_chart_passes_exists():
 
 
 def test_chart_capability_mode_has_what_doctor_asks_for():
-    """doctor's process-identity check names SYS_PTRACE and DAC_READ_SEARCH (otelbpf.doctor)."""
-    from otelbpf.doctor import IDENTITY_READS
+    """doctor's process-identity check names SYS_PTRACE and DAC_READ_SEARCH (otelbpf.cli.doctor)."""
+    from otelbpf.cli.doctor import IDENTITY_READS
 
     assert {capability for _, _, capability in IDENTITY_READS} <= set(values()["capabilities"])
     assert {"BPF", "PERFMON"} <= set(values()["capabilities"])

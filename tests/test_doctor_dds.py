@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from otelbpf.doctor import OK, WARN, check_dds_shared_memory
+from otelbpf.cli.doctor import OK, WARN, check_dds_shared_memory
 
 
 def test_no_dds_segments_is_ok(tmp_path):

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import socket
 
-from otelbpf import procfs
-from otelbpf.events import ConnOpen
+from otelbpf.host import procfs
+from otelbpf.core.events import ConnOpen
 from otelbpf.sources.early_tuples import EarlyTuples
 
 

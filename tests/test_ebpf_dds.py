@@ -245,7 +245,7 @@ def test_retransmissions_after_loss_are_not_counted_twice(agent, lossy_namespace
     sys.path.insert(0, str(EXAMPLES.parent))
     from protocols.rtps import wire
 
-    from otelbpf.events import DatagramEvent
+    from otelbpf.core.events import DatagramEvent
     from otelbpf.sources.pcap import PcapSource
 
     sends = Counter()

@@ -27,7 +27,7 @@ import pytest
 
 from conftest import ROOT
 
-from otelbpf.events import DataEvent, DataFlags
+from otelbpf.core.events import DataEvent, DataFlags
 from protocols.base import Direction
 
 pytestmark = pytest.mark.ebpf

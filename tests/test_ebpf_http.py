@@ -450,7 +450,7 @@ def test_a_wrong_regs_read_setting_is_refused_by_name(tmp_path):
 
 
 def test_doctor_loads_the_register_read_the_capture_uses():
-    from otelbpf.doctor import OK, check_task_regs
+    from otelbpf.cli.doctor import OK, check_task_regs
 
     check = check_task_regs()
     assert check.status == OK, check
@@ -458,7 +458,7 @@ def test_doctor_loads_the_register_read_the_capture_uses():
 
 
 def test_doctor_names_a_wrong_regs_read_setting(monkeypatch):
-    from otelbpf.doctor import FAIL, check_task_regs
+    from otelbpf.cli.doctor import FAIL, check_task_regs
 
     monkeypatch.setenv("OTELBPF_REGS_READ", "peek")
     check = check_task_regs()

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from otelbpf.events import DataEvent
+from otelbpf.core.events import DataEvent
 
 pytestmark = pytest.mark.ebpf
 

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from otelbpf.events import (
+from otelbpf.core.events import (
     CallEvent,
     ConnClose,
     ConnOpen,
@@ -136,7 +136,7 @@ def test_constants_match_c(c_layout):
     ).split()
     for name in names:
         assert c_layout[name] == (getattr(layout, name),), name
-    from otelbpf.events import DataFlags, Source
+    from otelbpf.core.events import DataFlags, Source
 
     assert (layout.SOURCE_SOCKET, layout.SOURCE_TLS) == (Source.SOCKET, Source.TLS)
     assert (layout.DF_SENDFILE, layout.DF_IOV_TRUNCATED, layout.DF_MMSG_UNKNOWN, layout.DF_PIECE) == (

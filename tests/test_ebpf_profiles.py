@@ -743,7 +743,7 @@ def test_flamegraph_beside_the_traces_file_by_default(spinner: Target, tmp_path:
 
 def test_an_agent_sleeps_while_only_samples_come_and_loses_none(spinner: Target, tmp_path: Path) -> None:
     """A busy process and no traffic: on-CPU samples do not wake the agent (bpf/profile.c),
-    it sleeps between reads of the profile ring (otelbpf/agent.py), and every sample the
+    it sleeps between reads of the profile ring (otelbpf/runtime/agent.py), and every sample the
     kernel took is still read, with its whole Python stack, none lost to a full ring."""
     hz, seconds = 99, 3.0
     env = {k: "" for k in os.environ if k.startswith("OTEL_EXPORTER_OTLP")}

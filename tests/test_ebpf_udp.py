@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from otelbpf.events import ConnOpen, DatagramEvent, DataEvent
+from otelbpf.core.events import ConnOpen, DatagramEvent, DataEvent
 from protocols.base import Direction
 
 pytestmark = pytest.mark.ebpf

@@ -7,7 +7,7 @@ import time
 from typing import Any, Mapping
 
 from otelbpf.export import ConsoleSink, SpanBatch
-from otelbpf.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
 
 
 class StaticResources(ResourceLookup):

@@ -8,7 +8,7 @@ from typing import Any, Mapping
 import otelbpf
 from otelbpf.export import SpanBatch, encode_request
 from otelbpf.export.encode import serialize_request
-from otelbpf.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
 
 TRACE_ID = bytes(range(1, 17))
 SPAN_ID = bytes(range(17, 25))

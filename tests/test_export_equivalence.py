@@ -34,7 +34,7 @@ from otelbpf.otlp.wire import fill_attributes_safely as _fill_attributes_safely
 from otelbpf.otlp.wire import text as _text
 from otelbpf.otlp.wire import wire_key_value as _wire_key_value
 from otelbpf.export.jsonfile import _json_key_value, encode_json_line
-from otelbpf.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
 
 # --- the reference: encode_request as it was before the wire encoder ---------
 

@@ -11,7 +11,7 @@ import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otelbpf.export import JsonFileSink, SpanBatch, from_otlp_json, read_json_file, to_otlp_json
-from otelbpf.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
 
 
 class StaticResources(ResourceLookup):

@@ -14,8 +14,8 @@ import pytest
 
 from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink, OtlpHttpSink, SpanBatch, make_otlp_sink
 from otelbpf.otlp import TRACES, resolve_transport, signal_url
-from otelbpf.model import ResourceLookup, SpanKind, SpanRecord
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
+from otelbpf.core.selfmetrics import Counters
 from otlp_receiver import OtlpReceiver, free_port, otlp_receiver  # noqa: F401 - fixture
 
 OTLP_ENV = (

@@ -15,8 +15,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from otelbpf.export import BatchSpanProcessor, SpanBatch, SpanSink, make_otlp_sink
 from otelbpf.export import EncodedSpanBatch
 from otelbpf.export.encode import serialize_request
-from otelbpf.model import ResourceLookup, SpanKind, SpanRecord
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
+from otelbpf.core.selfmetrics import Counters
 from otlp_receiver import OtlpReceiver, free_port
 
 class StaticResources(ResourceLookup):

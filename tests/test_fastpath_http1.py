@@ -28,13 +28,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otelbpf import fastpath
-from otelbpf.events import ConnOpen, DataEvent, RoleHint
+from otelbpf.core.events import ConnOpen, DataEvent, RoleHint
 from otelbpf.metrics import SpanMetrics
 from otelbpf.pipeline import Pipeline
 from otelbpf.registry import default_registry
-from otelbpf.replay import replay_spans
-from otelbpf.resources import ProcessResources
-from otelbpf.selfmetrics import Counters
+from otelbpf.cli.replay import replay_spans
+from otelbpf.host.resources import ProcessResources
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.semantics import genai
 from protocols.base import Direction, ExchangeProgress
 from protocols.http1 import Http1Detector

@@ -1,4 +1,4 @@
-"""First-run mistakes get one clear message with the fix (otelbpf.firstrun,
+"""First-run mistakes get one clear message with the fix (otelbpf.cli.firstrun,
 otelbpf.otlp.hints): the CLI as a user runs it, against real receivers."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""otelbpf.gctune: the agent's garbage-collection settings after start-up."""
+"""otelbpf.runtime.gctune: the agent's garbage-collection settings after start-up."""
 
 from __future__ import annotations
 
 import gc
 
-from otelbpf import gctune
+from otelbpf.runtime import gctune
 
 
 def test_tune_freezes_the_start_up_heap_and_raises_the_thresholds() -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 
 from otelbpf import semconv as sc
-from otelbpf.cli import build_parser
+from otelbpf.cli.main import build_parser
 from otelbpf.metrics.histograms import SpanMetrics
-from otelbpf.model import SpanKind
+from otelbpf.core.model import SpanKind
 from otelbpf.semantics import genai
 from otelbpf.semantics.common import SpanOptions
 from protocols.base import Direction
@@ -220,7 +220,7 @@ def test_other_http_exchanges_are_untouched_and_keep_no_state() -> None:
 def test_an_llm_call_cut_short_still_becomes_one_span_and_drops_its_state() -> None:
     pipeline, out, _ = make_pipeline()
     layer = genai.attach(pipeline)
-    from otelbpf.events import ConnClose
+    from otelbpf.core.events import ConnClose
 
     request = post("/v1/chat/completions", {**CHAT, "stream": True})
     pipeline.handle([accepted(1, 200), data(10, 1, 200, IN, request), data(20, 1, 200, OUT, SSE_HEAD + sse_chunk(delta("x"))), ConnClose(30, 200, 200, 5, 1)])
@@ -282,7 +282,7 @@ def metric_attributes(metrics: SpanMetrics, name: str) -> list[dict]:
 
 
 def test_a_request_body_cut_by_the_capture_size_is_still_an_llm_call() -> None:
-    from otelbpf.events import DataEvent
+    from otelbpf.core.events import DataEvent
 
     pipeline, out, _ = make_pipeline()
     genai.attach(pipeline)

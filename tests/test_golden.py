@@ -1,5 +1,5 @@
 """Golden replay tests: each tests/golden/<protocol>/<case>.pcap, replayed
-in-process through the pcap source and the pipeline (otelbpf.replay), must
+in-process through the pcap source and the pipeline (otelbpf.cli.replay), must
 give the spans its <case>.expected.json describes.
 
 The expected file is a stable summary (see :func:`summarize`): per span its
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from otelbpf.model import SpanKind, SpanRecord, StatusCode
-from otelbpf.replay import replay_spans
+from otelbpf.core.model import SpanKind, SpanRecord, StatusCode
+from otelbpf.cli.replay import replay_spans
 from otelbpf.sources.pcap import PcapSource
 
 GOLDEN = Path(__file__).parent / "golden"

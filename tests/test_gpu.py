@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pipeline import IN, OUT, accepted, data, make_pipeline
 
-from otelbpf.events import CallEvent, ProcessStart
-from otelbpf.model import StatusCode
+from otelbpf.core.events import CallEvent, ProcessStart
+from otelbpf.core.model import StatusCode
 from otelbpf.semantics import gpu
 from otelbpf.sources import gpu as gpu_probes
 from otelbpf.sources.libraries import is_candidate
@@ -144,7 +144,7 @@ def test_no_probe_on_functions_called_per_launch():
 
 
 def test_doctor_says_what_each_process_would_have_probed(standin, services):
-    from otelbpf.doctor import check_gpu
+    from otelbpf.cli.doctor import check_gpu
 
     server = services([str(ROOT / "examples" / "gpu_inference_server.py"), "--port", "0"])
     assert check_gpu([server.pid])[0].detail.startswith("no running process")  # loaded on first use
@@ -289,13 +289,13 @@ def entry(rank, seq=1, ts=0, nranks=3):
 
 
 def nccl_span(n):
-    from otelbpf.model import SpanKind, SpanRecord
+    from otelbpf.core.model import SpanKind, SpanRecord
 
     return SpanRecord(bytes(16), n.to_bytes(8, "big"), "ncclAllReduce", SpanKind.INTERNAL, 0, 1, 100)
 
 
 def test_the_hold_marks_a_collective_once_every_rank_is_in():
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.core.selfmetrics import Counters
     from otelbpf.semantics.nccl_lateness import CollectiveHold
 
     hold = CollectiveHold(Counters())
@@ -309,7 +309,7 @@ def test_the_hold_marks_a_collective_once_every_rank_is_in():
 
 
 def test_the_hold_lets_incomplete_collectives_go_unmarked_and_counted():
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.core.selfmetrics import Counters
     from otelbpf.semantics.nccl_lateness import CollectiveHold
 
     counters = Counters()
@@ -328,8 +328,8 @@ def test_an_agent_stalled_between_the_ranks_spans_still_matches_the_collective()
     """The hold's timeout runs on the events' clock: ranks whose calls returned a millisecond
     apart are matched however long the agent took between handling them (here: a wall-clock
     pause would have been seconds); only events' time past the timeout lets them go."""
-    from otelbpf.model import SpanKind, SpanRecord
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.core.model import SpanKind, SpanRecord
+    from otelbpf.core.selfmetrics import Counters
     from otelbpf.semantics.nccl_lateness import CollectiveHold
 
     def ending(n, end_ns):
@@ -377,7 +377,7 @@ def test_a_rank_destroying_its_handle_first_does_not_release_a_peers_last_collec
     processes are in time order only within the reordering window): rank 1's span is still
     held and matched with rank 0's, none unmatched. Once both left, the communicator is
     forgotten."""
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.core.selfmetrics import Counters
 
     late = gpu.HOLD_TIMEOUT_NS * 3
     detector = gpu.StragglerDetector(Counters())
@@ -468,7 +468,7 @@ def test_launch_totals_of_an_exited_process_are_read_once_more_then_forgotten():
 def test_every_held_span_leaves_exactly_once_whatever_the_entries(entries):
     """Arbitrary (seq, rank, entry time, clock step) sequences: nothing raises, every span added
     leaves once (marked or counted unmatched), and exactly one rank is last in a marked collective."""
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.core.selfmetrics import Counters
     from otelbpf.semantics.nccl_lateness import CollectiveHold
 
     now = [0]

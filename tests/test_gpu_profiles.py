@@ -15,9 +15,9 @@ from collections import defaultdict
 import pytest
 
 from otelbpf import semconv as sc
-from otelbpf.events import CallEvent
-from otelbpf.identity import SpanStart, TraceGroup
-from otelbpf.model import SpanKind
+from otelbpf.core.events import CallEvent
+from otelbpf.core.identity import SpanStart, TraceGroup
+from otelbpf.core.model import SpanKind
 from otelbpf.profiles import gpu as gpu_profiles
 from otelbpf.profiles.model import FRAME_MARKER, FRAME_NATIVE, Frame
 from otelbpf.profiles.export import CPU_TIME
@@ -30,7 +30,7 @@ from otelbpf.profiles.records import (
     OffCpuEnd,
     StackSampleEvent,
 )
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.semantics.gpu import CudaCalls, GpuState
 from otelbpf.semantics.gpu_steps import EngineSteps
 

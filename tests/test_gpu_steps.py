@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from test_pipeline import IN, OUT, accepted, data, make_pipeline
 
-from otelbpf.events import CallEvent, DataEvent, ProcessStart
+from otelbpf.core.events import CallEvent, DataEvent, ProcessStart
 from otelbpf.semantics import gpu
 from otelbpf.semantics.gpu_steps import StepOptions
 
@@ -187,7 +187,7 @@ def test_the_steps_of_an_exited_process_end_with_it():
     pipeline, out, _counters = make_pipeline()
     state = gpu.attach(pipeline)
     state.steps.parent_of = {300: 100}.get
-    from otelbpf.events import ProcessExit
+    from otelbpf.core.events import ProcessExit
 
     pipeline.handle(sorted(events, key=lambda e: e.ts_ns) + [ProcessExit(25 * MS, 300)])
     pipeline.finish()

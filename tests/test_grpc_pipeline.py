@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from otelbpf import semconv as sc
 from otelbpf.metrics.histograms import SpanMetrics
-from otelbpf.model import SpanKind, StatusCode
+from otelbpf.core.model import SpanKind, StatusCode
 from otelbpf.semantics.grpc import emit_deprecated_names
 from protocols.base import Direction
 from protocols.http2.tests.traffic import GRPC_ALL, Conversation

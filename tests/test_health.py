@@ -11,9 +11,9 @@ import pytest
 from conftest import EXAMPLES
 from otlp_receiver import free_port
 
-from otelbpf.health import prometheus_text
+from otelbpf.runtime.health import prometheus_text
 from otelbpf.metrics.agent import label_key
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.selfmetrics import Counters
 
 
 def get(port: int, path: str) -> tuple[int, str]:

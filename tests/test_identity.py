@@ -43,7 +43,7 @@ def host_process():
 
 
 def host_name_seen(host_pid: int, **kwargs) -> subprocess.CompletedProcess:
-    code = f"from otelbpf.hostidentity import node_host_name; print(node_host_name({host_pid}))"
+    code = f"from otelbpf.host.identity import node_host_name; print(node_host_name({host_pid}))"
     return in_own_uts("agent-pod-x1", f"{PY} -c {json.dumps(code)}", **kwargs)
 
 
@@ -78,7 +78,7 @@ def nobody_service():
 
 
 def attributes_under(pid: int, drop: str) -> dict:
-    code = f"import json; from otelbpf.resources import process_attributes; print(json.dumps(process_attributes({pid})))"
+    code = f"import json; from otelbpf.host.resources import process_attributes; print(json.dumps(process_attributes({pid})))"
     command = [PY, "-c", code]
     if drop:
         command = ["capsh", f"--drop={drop}", "--", "-c", " ".join(json.dumps(c) for c in command)]

@@ -22,7 +22,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, Metric
 
 import otelbpf
-from otelbpf.connections import Connection
+from otelbpf.core.connections import Connection
 from otelbpf.metrics import (
     MeteredProcessor,
     MetricsExporter,
@@ -43,10 +43,10 @@ from otelbpf.semconv import HTTP_CLIENT_REQUEST_DURATION as CLIENT_DURATION
 from otelbpf.semconv import HTTP_DURATION_BOUNDARIES as DURATION_BOUNDARIES
 from otelbpf.semconv import HTTP_SERVER_REQUEST_DURATION as SERVER_DURATION
 from otelbpf.registry import default_instruments
-from otelbpf.model import ResourceLookup, SpanKind, SpanRecord
-from otelbpf.resources import ProcessResources
-from otelbpf.selfmetrics import Counters
-from otelbpf.identity import SpanStart, TraceGroup
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
+from otelbpf.host.resources import ProcessResources
+from otelbpf.core.selfmetrics import Counters
+from otelbpf.core.identity import SpanStart, TraceGroup
 from otelbpf.semantics import SpanOptions
 from otelbpf.semantics.http1 import SEMANTICS as HTTP1_SEMANTICS
 from otlp_receiver import OtlpReceiver, attributes_dict, free_port, otlp_receiver  # noqa: F401 - fixture
@@ -728,7 +728,7 @@ def test_attribute_strings_that_are_not_valid_utf8_are_coerced_when_encoding() -
 
 def test_replayed_capture_metrics_count_exactly_the_spans_exported(otlp_receiver: OtlpReceiver) -> None:
     """The real pipeline on a real capture, spans and metrics to one receiver through MeteredProcessor."""
-    from otelbpf.cli import replay_attributes
+    from otelbpf.cli.main import replay_attributes
     from otelbpf.export import BatchSpanProcessor
     from otelbpf.otlp import TRACES
     from otelbpf.pipeline import Pipeline

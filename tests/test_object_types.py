@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
-from otelbpf.events import DataEvent
-from otelbpf.identity import SpanStart, TraceGroup
-from otelbpf.model import SpanKind, SpanLink, SpanRecord
+from otelbpf.core.events import DataEvent
+from otelbpf.core.identity import SpanStart, TraceGroup
+from otelbpf.core.model import SpanKind, SpanLink, SpanRecord
 from protocols.base import Direction, ExchangeAbandoned, ExchangeCompleted, ExchangeProgress, ExchangeStarted, Phase
 from protocols.http1.parse import BodyData, HeadComplete, MessageComplete
 from protocols.http1.types import HttpExchange, HttpRequest, HttpResponse
@@ -119,7 +119,7 @@ def test_connection_is_an_extension_type_when_compiled():
     """Connection (one per connection, read several times per request by the pipeline and
     the span semantics, which type it) is an extension type compiled, a slotted class pure:
     every slot settable, nothing else."""
-    from otelbpf.connections import Connection
+    from otelbpf.core.connections import Connection
 
     conn = Connection(conn_id=1, pid=2, fd=3, opened_ns=4)
     for name in Connection.__slots__:

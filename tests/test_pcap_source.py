@@ -21,7 +21,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otelbpf.events import ConnClose, ConnOpen, DataEvent, DatagramEvent, Event, RoleHint
+from otelbpf.core.events import ConnClose, ConnOpen, DataEvent, DatagramEvent, Event, RoleHint
 from otelbpf.sources.pcap import Perspective, datagrams, link, streams
 from otelbpf.sources.pcap import replay as pcap_replay
 from otelbpf.sources.pcap import Endpoint, PcapError, PcapSource

@@ -17,7 +17,7 @@ import socket
 
 import pytest
 
-from otelbpf.events import (
+from otelbpf.core.events import (
     CallEvent,
     ConnClose,
     ConnOpen,
@@ -29,11 +29,11 @@ from otelbpf.events import (
     Source,
 )
 from otelbpf.metrics.histograms import SpanMetrics
-from otelbpf.model import SpanKind, SpanRecord, StatusCode
+from otelbpf.core.model import SpanKind, SpanRecord, StatusCode
 from otelbpf.pipeline import Pipeline
 from otelbpf.registry import Registry, default_registry
-from otelbpf.resources import ProcessResources
-from otelbpf.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.semantics.common import outcome_status, span_record
 from protocols.base import Direction, ExchangeKind, ExchangeStarted, Outcome, Phase, Transport
 from tests import toy_protocol

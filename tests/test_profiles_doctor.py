@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from otelbpf.doctor import INFO, OK, run_checks
+from otelbpf.cli.doctor import INFO, OK, run_checks
 from otelbpf.profiles import doctor
 
 PYENV = "/root/.pyenv/versions"

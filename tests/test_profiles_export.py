@@ -45,7 +45,7 @@ from otelbpf.profiles.model import (
     Sample,
 )
 from otelbpf.profiles.types import CPU, GPU_ALLOC, OFF_CPU
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.selfmetrics import Counters
 
 T0 = 1_700_000_000_000_000_000
 TRACE_A, SPAN_A = bytes.fromhex("0af7651916cd43dd8448eb211c80319c"), bytes.fromhex("b7ad6b7169203331")

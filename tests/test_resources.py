@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from otelbpf.resources import (
+from otelbpf.host.resources import (
     ProcessResources,
     container_ids,
     parse_resource_attributes,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import os
 import socket
 
-from otelbpf.events import DatagramEvent
+from otelbpf.core.events import DatagramEvent
 from otelbpf.metrics.histograms import SpanMetrics
-from otelbpf.model import SpanKind
+from otelbpf.core.model import SpanKind
 from otelbpf.pipeline import Pipeline
 from otelbpf.registry import default_registry
-from otelbpf.resources import ProcessResources
-from otelbpf.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
+from otelbpf.core.selfmetrics import Counters
 from protocols.base import Direction
 from protocols.rtps.tests import build
 

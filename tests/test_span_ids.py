@@ -1,6 +1,6 @@
 """Trace and span IDs: random, never zero, never shared between threads or a forked child.
 
-They are cut from blocks of random bits (otelbpf/model.py), so these check what
+They are cut from blocks of random bits (otelbpf/core/model.py), so these check what
 that must not change: the sizes, uniqueness across block refills and threads,
 the all-zero ID the specification forbids, and a child process after fork()
 drawing IDs of its own rather than the rest of its parent's block."""
@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from otelbpf import model
+from otelbpf.core import model
 
 
 def test_ids_have_their_sizes_and_do_not_repeat_across_refills():

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from otelbpf.events import Source
+from otelbpf.core.events import Source
 from otelbpf.semantics.common import url_scheme
 from otelbpf.sources import tls
 from protocols.base import ExchangeCompleted

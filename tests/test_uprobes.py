@@ -173,7 +173,7 @@ def test_rescan_finds_a_library_loaded_later(tmp_path):
 
 @pytest.mark.ebpf
 def test_call_probe_reports_args_return_and_names():
-    from otelbpf.events import CallEvent
+    from otelbpf.core.events import CallEvent
     from otelbpf.sources.ebpf import CaptureConfig, EbpfSource
 
     libc_path = _mapped(r"/libc\.so")

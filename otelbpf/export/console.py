@@ -30,7 +30,7 @@ from typing import Iterator, TextIO
 
 from otelbpf import semconv as sc
 from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
-from otelbpf.model import SpanKind, SpanRecord, StatusCode
+from otelbpf.core.model import SpanKind, SpanRecord, StatusCode
 
 _log = logging.getLogger(__name__)
 

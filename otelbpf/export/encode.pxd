@@ -4,7 +4,7 @@
 # class is refused at the call (TypeError), which serialize_request already answers
 # with the message path, as for any unusual span.
 cimport cython as cy
-from otelbpf.model cimport SpanRecord
+from otelbpf.core.model cimport SpanRecord
 from otelbpf.otlp.wire cimport wire_attributes
 
 

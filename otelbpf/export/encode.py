@@ -49,7 +49,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 import otelbpf
-from otelbpf.model import ResourceLookup, SpanRecord
+from otelbpf.core.model import ResourceLookup, SpanRecord
 from otelbpf.otlp.wire import (
     TABLE_SIZE,
     UINT64_MAX,

@@ -46,7 +46,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 import otelbpf
 from otelbpf.export.base import SpanBatch
 from otelbpf.export.encode import group_spans, span_message
-from otelbpf.model import ResourceLookup, SpanRecord
+from otelbpf.core.model import ResourceLookup, SpanRecord
 from otelbpf.otlp.jsonlines import JsonLinesSink, go_escaped, read_json_lines
 from otelbpf.otlp.wire import UINT64_MAX, FragmentCache, Unusual, fill_attributes_safely, resource_attributes, text
 

@@ -2,7 +2,7 @@
 
 What is measured is data: each protocol's instruments
 (``otelbpf.metrics.instruments.SpanHistogram``, e.g. ``otelbpf.metrics.http1``).
-Typical wiring (see otelbpf/cli.py)::
+Typical wiring (see otelbpf/cli/main.py)::
 
     processor = BatchSpanProcessor(sinks, resources, counters)
     span_metrics = SpanMetrics(resources, default_instruments())

@@ -1,6 +1,6 @@
 """The agent's own metrics: its ``Counters`` as Sums, and gauges, under the agent's Resource.
 
-Every ``otelbpf.*`` counter (otelbpf.selfmetrics) becomes a monotonic
+Every ``otelbpf.*`` counter (otelbpf.core.selfmetrics) becomes a monotonic
 cumulative Sum whose start time is the exporter's start. A counter's label
 becomes one data point attribute, whose key depends on the counter family
 (:func:`label_key`):
@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import otelbpf
-from otelbpf.hostidentity import node_host_name
-from otelbpf import procfs
+from otelbpf.host.identity import node_host_name
+from otelbpf.host import procfs
 from otelbpf import semconv as sc
 from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED
-from otelbpf.model import AttributeValue
-from otelbpf.resources import container_ids, parse_resource_attributes
-from otelbpf.selfmetrics import DESCRIPTIONS, Counters
+from otelbpf.core.model import AttributeValue
+from otelbpf.host.resources import container_ids, parse_resource_attributes
+from otelbpf.core.selfmetrics import DESCRIPTIONS, Counters
 
 _log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ from typing import Protocol
 
 from otelbpf.metrics.exporter import MetricsExporter
 from otelbpf.metrics.histograms import SpanMetrics
-from otelbpf.model import SpanRecord
+from otelbpf.core.model import SpanRecord
 
 
 class SpanProcessor(Protocol):

@@ -44,8 +44,8 @@ from otelbpf.metrics.agent import (
 from otelbpf.metrics.encode import DEFAULT_MAX_POINTS, encode_metrics
 from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED, ProcessHistograms, SpanMetrics
 from otelbpf.metrics.sinks import MetricSink
-from otelbpf.model import AttributeValue
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.model import AttributeValue
+from otelbpf.core.selfmetrics import Counters
 
 _log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ from typing import Callable
 
 from otelbpf import semconv as sc
 from otelbpf.metrics.instruments import SpanHistogram, duration_seconds
-from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.core.model import SpanKind, SpanRecord
 
 ATTRIBUTES: tuple[str, ...] = (
     sc.GEN_AI_OPERATION_NAME,

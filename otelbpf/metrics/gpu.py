@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from otelbpf import semconv as sc
 from otelbpf.metrics.instruments import SpanHistogram, duration_seconds
-from otelbpf.model import SpanRecord
+from otelbpf.core.model import SpanRecord
 
 
 def _always(span: SpanRecord) -> bool:

@@ -55,7 +55,7 @@ from typing import Any, Mapping, Sequence
 
 from otelbpf import semconv as sc
 from otelbpf.metrics.instruments import SpanHistogram
-from otelbpf.model import AttributeValue, ResourceLookup, SpanKind, SpanRecord
+from otelbpf.core.model import AttributeValue, ResourceLookup, SpanKind, SpanRecord
 
 _log = logging.getLogger(__name__)
 

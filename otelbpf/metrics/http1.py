@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from otelbpf import semconv as sc
 from otelbpf.metrics.instruments import SpanHistogram, of_kind
-from otelbpf.model import SpanKind
+from otelbpf.core.model import SpanKind
 
 SERVER_ATTRIBUTES: tuple[str, ...] = (
     sc.HTTP_REQUEST_METHOD,

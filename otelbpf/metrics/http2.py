@@ -14,7 +14,7 @@ from __future__ import annotations
 from otelbpf import semconv as sc
 from otelbpf.metrics import http1 as http1_metrics
 from otelbpf.metrics.instruments import SpanHistogram, of_kind
-from otelbpf.model import SpanKind
+from otelbpf.core.model import SpanKind
 
 RPC_ATTRIBUTES: tuple[str, ...] = (
     sc.RPC_SYSTEM_NAME,

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from otelbpf.model import AttributeValue, SpanKind, SpanRecord
+from otelbpf.core.model import AttributeValue, SpanKind, SpanRecord
 
 
 def duration_seconds(span: SpanRecord) -> float:

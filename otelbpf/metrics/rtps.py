@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from otelbpf import semconv as sc
 from otelbpf.metrics.instruments import SpanHistogram
-from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.core.model import SpanKind, SpanRecord
 
 ATTRIBUTES: tuple[str, ...] = (
     sc.MESSAGING_SYSTEM,

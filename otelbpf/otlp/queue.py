@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
 from otelbpf.otlp.sink import Sink
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.selfmetrics import Counters
 
 _log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, InstrumentationSc
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 import otelbpf
-from otelbpf.model import ResourceLookup
+from otelbpf.core.model import ResourceLookup
 
 _log = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ The sampler's events travel with the socket events through the reorder
 window, so the pipeline handles a sample after every event that came before
 it: the linker's request windows are then what they were at the sample's
 instant, and the sample is linked by the rules the spans use
-(:meth:`otelbpf.association.Linker.serving`):
+(:meth:`otelbpf.core.association.Linker.serving`):
 
 - the one request window open on the sample's thread: its SERVER span;
 - a sample taken in an asyncio task step: the request that task answers.

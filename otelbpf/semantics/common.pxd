@@ -3,8 +3,8 @@
 # they read (SpanStart, Connection), so that their field reads are C struct reads.
 # Called from compiled modules these are C calls; from Python, as before.
 cimport cython as cy
-from otelbpf.connections cimport Connection
-from otelbpf.identity cimport SpanStart
+from otelbpf.core.connections cimport Connection
+from otelbpf.core.identity cimport SpanStart
 
 
 cpdef network_transport(Connection conn, dict attrs)

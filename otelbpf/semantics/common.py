@@ -13,9 +13,9 @@ import socket
 from dataclasses import dataclass
 from typing import Protocol
 
-from otelbpf.events import CallEvent, Source
-from otelbpf.identity import SpanStart
-from otelbpf.model import AttributeValue, SpanRecord, StatusCode
+from otelbpf.core.events import CallEvent, Source
+from otelbpf.core.identity import SpanStart
+from otelbpf.core.model import AttributeValue, SpanRecord, StatusCode
 from otelbpf.semconv import (
     ERROR_TYPE,
     HTTP_REQUEST_BODY_SIZE,
@@ -50,7 +50,7 @@ class SpanSemantics(Protocol):
 
     def span(self, start: SpanStart, exchange: Exchange, conn, options: SpanOptions) -> SpanRecord:
         """The finished span for ``exchange``, seen on connection ``conn``
-        (``otelbpf.connections.Connection``), with the identity ``start``."""
+        (``otelbpf.core.connections.Connection``), with the identity ``start``."""
         ...
 
 

@@ -8,7 +8,7 @@ GenAI semantic conventions: named ``{gen_ai.operation.name}
 client's CLIENT span and the server's SERVER span).
 
 How it plugs in (:func:`attach`, called where pipelines are built:
-``otelbpf.agent.live_pipeline`` and ``otelbpf.replay.run_replay``):
+``otelbpf.runtime.agent.live_pipeline`` and ``otelbpf.cli.replay.run_replay``):
 
 * :class:`GenAiLayer` observes HTTP/1 progress (``Pipeline.observe_progress``:
   request body chunks, the response head, response body chunks, each with
@@ -52,8 +52,8 @@ from __future__ import annotations
 import json
 
 from otelbpf import semconv as sc
-from otelbpf.identity import SpanStart
-from otelbpf.model import AttributeValue
+from otelbpf.core.identity import SpanStart
+from otelbpf.core.model import AttributeValue
 from protocols.base import ExchangeProgress, Phase
 from protocols.genai import Api, LlmCall, LlmFacts, Operation, V2GrpcCall
 from protocols.genai.llm import SseTap, tap_endpoint

@@ -2,7 +2,7 @@
 
 The GPU uprobes (otelbpf/sources/gpu.py) turn each *timeline* call (copies,
 synchronisations, allocations, pinning, NCCL collectives and communicator
-set-up) into a :class:`~otelbpf.events.CallEvent` whose ``library`` is
+set-up) into a :class:`~otelbpf.core.events.CallEvent` whose ``library`` is
 ``cuda`` (runtime and driver) or ``nccl``. The pipeline asks the linker for
 its identity (``Linker.start_call``: an INTERNAL child of the request the
 thread serves, or a root when it serves none) and :class:`CudaCalls` /
@@ -55,9 +55,9 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
-from otelbpf.events import CallEvent
-from otelbpf.identity import SpanStart
-from otelbpf.model import AttributeValue, SpanRecord, StatusCode
+from otelbpf.core.events import CallEvent
+from otelbpf.core.identity import SpanStart
+from otelbpf.core.model import AttributeValue, SpanRecord, StatusCode
 from otelbpf.semantics.gpu_steps import EngineSteps
 from otelbpf.semantics.nccl_lateness import HOLD_TIMEOUT_NS, CollectiveHold, Entry
 

@@ -45,10 +45,10 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from otelbpf import semconv as sc
-from otelbpf.events import CallEvent
-from otelbpf.identity import SpanStart, TraceGroup
-from otelbpf.model import SpanKind, SpanLink, SpanRecord, new_span_id, new_trace_id
-from otelbpf.procfs import parent_of
+from otelbpf.core.events import CallEvent
+from otelbpf.core.identity import SpanStart, TraceGroup
+from otelbpf.core.model import SpanKind, SpanLink, SpanRecord, new_span_id, new_trace_id
+from otelbpf.host.procfs import parent_of
 
 #: Functions that end a step when they return: the engine waits for its batch there.
 SYNC_FUNCTIONS = frozenset({

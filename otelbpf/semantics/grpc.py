@@ -47,7 +47,7 @@ from otelbpf.semconv import (
     SEMCONV_OPT_IN_ENV,
     SEMCONV_OPT_IN_RPC_DUP,
 )
-from otelbpf.model import AttributeValue, SpanKind, StatusCode
+from otelbpf.core.model import AttributeValue, SpanKind, StatusCode
 from protocols.http2.types import Http2Exchange
 
 GRPC_CONTENT_TYPE = "application/grpc"

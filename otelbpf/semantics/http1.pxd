@@ -3,8 +3,8 @@
 # exchange, its messages, the span's start and the connection as C struct fields
 # (they are extension types: protocols/http1/types.pxd, identity.pxd, connections.pxd).
 cimport cython as cy
-from otelbpf.connections cimport Connection
-from otelbpf.identity cimport SpanStart
+from otelbpf.core.connections cimport Connection
+from otelbpf.core.identity cimport SpanStart
 # the shared helpers as C calls (imported, they would be Python calls across modules)
 from otelbpf.semantics.common cimport (
     http_request_extras,

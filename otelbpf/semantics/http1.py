@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import re
 
-from otelbpf.identity import SpanStart
-from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
+from otelbpf.core.identity import SpanStart
+from otelbpf.core.model import AttributeValue, SpanKind, SpanRecord, StatusCode
 from otelbpf.semantics.common import (
     SpanOptions,
     http_request_extras,

@@ -4,9 +4,9 @@
 # (extension types: protocols/http2/types.pxd, identity.pxd, connections.pxd), and
 # calls the shared helpers as C functions, as semantics/http1.pxd does for HTTP/1.
 cimport cython as cy
-from otelbpf.association cimport pair_key
-from otelbpf.connections cimport Connection
-from otelbpf.identity cimport SpanStart
+from otelbpf.core.association cimport pair_key
+from otelbpf.core.connections cimport Connection
+from otelbpf.core.identity cimport SpanStart
 from otelbpf.semantics.common cimport (
     http_request_extras,
     http_response_status,

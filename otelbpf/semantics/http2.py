@@ -33,8 +33,8 @@ from otelbpf.semconv import (
     URL_QUERY,
     URL_SCHEME,
 )
-from otelbpf.identity import SpanStart
-from otelbpf.model import AttributeValue, SpanKind, SpanRecord, StatusCode
+from otelbpf.core.identity import SpanStart
+from otelbpf.core.model import AttributeValue, SpanKind, SpanRecord, StatusCode
 from otelbpf.semantics.common import (
     SpanOptions,
     http_request_extras,
@@ -44,7 +44,7 @@ from otelbpf.semantics.common import (
     peer_attributes,
     span_record,
 )
-from otelbpf.association import pair_key
+from otelbpf.core.association import pair_key
 from otelbpf.semantics.grpc import PeerMethods, emit_deprecated_names, grpc_attributes, is_grpc
 from otelbpf.semantics.http1 import derive_route, split_host, split_target
 from protocols.http2.types import PROTOCOL, Http2Exchange

@@ -33,7 +33,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
-from otelbpf.model import SpanRecord
+from otelbpf.core.model import SpanRecord
 
 #: A collective waits this long for its other ranks' spans at most.
 HOLD_TIMEOUT_NS = 2_000_000_000

@@ -19,8 +19,8 @@ GUID, until discovery names it.
 from __future__ import annotations
 
 from otelbpf import semconv as sc
-from otelbpf.identity import SpanStart
-from otelbpf.model import AttributeValue, SpanKind, SpanLink, SpanRecord
+from otelbpf.core.identity import SpanStart
+from otelbpf.core.model import AttributeValue, SpanKind, SpanLink, SpanRecord
 from otelbpf.semantics.common import SpanOptions, network_transport, outcome_status, peer_attributes, span_record
 from protocols.rtps.discovery import guid_text
 from protocols.rtps.wire import vendor_name

@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from otelbpf import procfs
-from otelbpf.events import ConnOpen
+from otelbpf.host import procfs
+from otelbpf.core.events import ConnOpen
 
 #: Bound on remembered sockets (a host traced with --all may hold many).
 MAX_SOCKETS = 65536

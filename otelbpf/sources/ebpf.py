@@ -24,8 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from otelbpf import procfs
-from otelbpf.events import ConnClose, ConnOpen, DatagramEvent, Event, ProcessStart, RoleHint, Source
+from otelbpf.host import procfs
+from otelbpf.core.events import ConnClose, ConnOpen, DatagramEvent, Event, ProcessStart, RoleHint, Source
 from otelbpf.sources.ebpf_layout import (
     STAT_CALL_DEPTH,
     STAT_IO_MAP_FULL,
@@ -54,7 +54,7 @@ MIN_CAPTURE_BYTES = 64
 MAX_CAPTURE_BYTES = 8192
 TRACED_BY_PID = 1
 TRACED_BY_COMM = 2
-EXCLUDED_BY_COMM = 3  # bpf/common.h: never traced (otelbpf.exclusions)
+EXCLUDED_BY_COMM = 3  # bpf/common.h: never traced (otelbpf.host.exclusions)
 EXCLUDED_BY_PID = 4
 MODE_LISTED = 0
 MODE_ALL = 1
@@ -228,7 +228,7 @@ class CaptureConfig:
     gpu_launch_time: bool = False
     #: How often read() re-scans watched processes' maps for newly loaded libraries (0: never).
     rescan_interval_s: float = 5.0
-    #: Never traced, dropped by the kernel filter (otelbpf.exclusions): comm
+    #: Never traced, dropped by the kernel filter (otelbpf.host.exclusions): comm
     #: patterns (NAME or NAME*) and pids (with their children).
     exclude_comms: list[str] = field(default_factory=list)
     exclude_pids: list[int] = field(default_factory=list)
@@ -537,7 +537,7 @@ class EbpfSource:
     def _configure_exclusions(self) -> None:
         """Fill the kernel's exclusion table and mark running processes that
         match (after the traced ones: an exclusion wins)."""
-        from otelbpf.exclusions import comm_matches, comm_prefix
+        from otelbpf.host.exclusions import comm_matches, comm_prefix
 
         table = self._bpf["excluded_comms"]
         for index, pattern in enumerate(self.config.exclude_comms):
@@ -751,7 +751,7 @@ class EbpfSource:
         ``timeout_s`` passes; True when records may be waiting.
 
         For an agent that has caught up and found the ring empty for a while
-        (otelbpf/agent.py, "Sleeping while idle"): it sleeps here instead of waking
+        (otelbpf/runtime/agent.py, "Sleeping while idle"): it sleeps here instead of waking
         every drain interval. The probes ask the kernel to wake the ring's waiters only
         while this waits (``consumer_sleeping``, bpf/common.h), and then only for the
         first record since the ring emptied. A record submitted in the instant the flag

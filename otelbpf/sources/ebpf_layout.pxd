@@ -9,7 +9,7 @@
 # capture.h compiled by the C compiler.
 cimport cython as cy
 from cpython.bytes cimport PyBytes_FromStringAndSize
-from otelbpf.events cimport DataEvent
+from otelbpf.core.events cimport DataEvent
 
 cdef struct EventHeader:
     unsigned long long ts_ns

@@ -21,7 +21,7 @@ except ImportError:  # Cython not installed: run as plain Python
     class cython:  # type: ignore[no-redef]  # noqa: N801 - stands in for the module
         compiled = False
 
-from otelbpf.events import (
+from otelbpf.core.events import (
     CallEvent,
     ConnClose,
     ConnOpen,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from otelbpf import semconv as sc
-from otelbpf.model import StatusCode
+from otelbpf.core.model import StatusCode
 from otelbpf.semantics.common import network_transport, outcome_status, peer_attributes, span_record
 from tests.toy_protocol.protocol import PROTOCOL
 

@@ -11,7 +11,7 @@ One module per concern:
 * ``replay``: endpoints as synthetic processes, flows, and the events:
   :class:`PcapSource`.
 
-``otelbpf.replay`` runs a capture through the pipeline (``otelbpf replay``,
+``otelbpf.cli.replay`` runs a capture through the pipeline (``otelbpf replay``,
 the golden tests).
 """
 

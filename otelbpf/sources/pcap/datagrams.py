@@ -1,6 +1,6 @@
 """UDP: datagrams as the sockets that sent and received them saw them.
 
-Each datagram becomes one :class:`~otelbpf.events.DatagramEvent` per traced
+Each datagram becomes one :class:`~otelbpf.core.events.DatagramEvent` per traced
 side: the sender's socket wrote it (EGRESS), the receiver's read it
 (INGRESS), each with the other end's address and port. Nothing is
 reassembled across datagrams (UDP keeps message boundaries); a datagram cut
@@ -11,10 +11,10 @@ before the datagram is decoded; IPv6 fragments are counted and dropped.
 Sockets. Every (ip, port) that sends or receives a datagram is one socket of
 a synthetic process (the same processes TCP replay uses, see
 ``otelbpf.sources.pcap.replay``): the first time a traced process's socket
-is seen, a :class:`~otelbpf.events.ConnOpen` names its family and local
+is seen, a :class:`~otelbpf.core.events.ConnOpen` names its family and local
 address and port, with no peer (replayed sockets are unconnected: one
 socket talks to any number of peers, named per datagram); a
-:class:`~otelbpf.events.ConnClose` ends each at the end of the capture. The
+:class:`~otelbpf.core.events.ConnClose` ends each at the end of the capture. The
 role hint is UNKNOWN: a capture shows no bind() or connect().
 
 Which side is the server, decided per pair of endpoints at its first
@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from otelbpf.events import ConnClose, ConnOpen, DatagramEvent, RoleHint
+from otelbpf.core.events import ConnClose, ConnOpen, DatagramEvent, RoleHint
 from protocols.base import Direction
 
 if TYPE_CHECKING:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from os import PathLike
 from typing import Iterator, Literal
 
-from otelbpf.events import ConnClose, ConnOpen, DataEvent, Event, RoleHint
+from otelbpf.core.events import ConnClose, ConnOpen, DataEvent, Event, RoleHint
 from otelbpf.sources.pcap.datagrams import Datagram, Ipv4Fragments, UdpSockets
 from otelbpf.sources.pcap.files import open_capture
 from otelbpf.sources.pcap.link import TH_ACK, TH_FIN, TH_RST, TH_SYN, Segment, decode_packet

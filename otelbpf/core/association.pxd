@@ -5,10 +5,10 @@
 # accesses. Exchanges stay untyped: any protocol's will do. Attributes not declared here
 # still work (the instance keeps a __dict__ for them), only slower.
 cimport cython as cy
-from otelbpf.connections cimport Connection
-from otelbpf.identity cimport SpanStart, TraceGroup
-from otelbpf.model cimport SpanRecord, new_span_id, new_trace_id
-from otelbpf.propagation cimport extract_parent
+from otelbpf.core.connections cimport Connection
+from otelbpf.core.identity cimport SpanStart, TraceGroup
+from otelbpf.core.model cimport SpanRecord, new_span_id, new_trace_id
+from otelbpf.core.propagation cimport extract_parent
 
 
 cdef class _ProcessState:

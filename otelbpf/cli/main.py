@@ -10,7 +10,8 @@ import sys
 import threading
 import time
 
-from otelbpf import __version__, gctune
+from otelbpf import __version__
+from otelbpf.runtime import gctune
 from otelbpf.otlp import OTLP_TRANSPORTS
 from otelbpf.profiles.sampler import DEFAULT_HZ as DEFAULT_PROFILE_HZ, MAX_HZ as MAX_PROFILE_HZ
 from otelbpf.semantics import gpu_steps
@@ -182,8 +183,8 @@ def _add_exclusion_options(p: argparse.ArgumentParser) -> None:
 
 def build_exclusions(args):
     """The exclusions ``run`` applies: the user's, plus the default list."""
-    from otelbpf.exclusions import DEFAULT_EXCLUDED_COMMS, Exclusions, endpoint_addresses
-    from otelbpf.firstrun import otlp_endpoint_and_port
+    from otelbpf.host.exclusions import DEFAULT_EXCLUDED_COMMS, Exclusions, endpoint_addresses
+    from otelbpf.cli.firstrun import otlp_endpoint_and_port
 
     exclusions = Exclusions(comms=list(args.exclude_comm), pids=list(args.exclude_pid), ports=set(args.exclude_port))
     if not args.no_default_excludes:
@@ -326,14 +327,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         return cmd_replay(args)
     if args.command == "demo":
-        from otelbpf.demo import run_demo
+        from otelbpf.cli.demo import run_demo
 
         return run_demo(args)
     return 2
 
 
 def cmd_doctor() -> int:
-    from otelbpf.doctor import failures, format_report, run_checks
+    from otelbpf.cli.doctor import failures, format_report, run_checks
 
     checks = run_checks()
     print(format_report(checks))
@@ -365,7 +366,7 @@ def preflight() -> bool:
 
 
 def _preflight_here() -> bool:
-    from otelbpf.doctor import failures, format_report, run_checks
+    from otelbpf.cli.doctor import failures, format_report, run_checks
 
     checks = run_checks()
     if failures(checks):
@@ -544,17 +545,17 @@ def _alone_in_autogroup(name: str) -> bool:
 
 
 def cmd_run(args) -> int:
-    from otelbpf.agent import Agent, live_pipeline
+    from otelbpf.runtime.agent import Agent, live_pipeline
     from otelbpf.semantics import gpu
-    from otelbpf.budget import CpuBudget
-    from otelbpf.resources import ProcessResources
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.runtime.budget import CpuBudget
+    from otelbpf.host.resources import ProcessResources
+    from otelbpf.core.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
     from otelbpf.profiles.sampler import ProfileError
     from otelbpf.semantics import SpanOptions
-    from otelbpf.exclusions import ExcludingSource
-    from otelbpf.health import HealthServer, Heartbeat
-    from otelbpf.firstrun import check_output_options, check_pids_exist, exit_status, remove_empty_outputs
+    from otelbpf.host.exclusions import ExcludingSource
+    from otelbpf.runtime.health import HealthServer, Heartbeat
+    from otelbpf.cli.firstrun import check_output_options, check_pids_exist, exit_status, remove_empty_outputs
 
     yield_cpu(args.nice)  # first: every thread created from here on inherits it
     try:
@@ -682,7 +683,7 @@ def cmd_run(args) -> int:
         from otelbpf.profiles.tracectx import TraceContextPublisher
 
         TraceContextPublisher(ebpf.table("traces_ctx_v1")).attach(pipeline.linker)
-    gctune.tune()  # start-up is over: fewer cycle collections on the hot path (otelbpf/gctune.py)
+    gctune.tune()  # start-up is over: fewer cycle collections on the hot path (otelbpf/runtime/gctune.py)
     from otelbpf.sources.memory import trim_heap
 
     trim_heap()  # and what start-up allocated and freed goes back to the kernel (otelbpf/sources/memory.py)
@@ -699,8 +700,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_replay(args) -> int:
-    from otelbpf.replay import replay_resources, run_replay
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.cli.replay import replay_resources, run_replay
+    from otelbpf.core.selfmetrics import Counters
     from otelbpf.sources.pcap import PcapError, PcapSource
     from otelbpf.semantics import SpanOptions
 
@@ -730,8 +731,8 @@ def cmd_replay(args) -> int:
 
 
 def replay_attributes(source, pid: int) -> dict:
-    """Resource attributes of a replayed capture's synthetic process (see otelbpf.replay)."""
-    from otelbpf.replay import replay_attributes as attributes
+    """Resource attributes of a replayed capture's synthetic process (see otelbpf.cli.replay)."""
+    from otelbpf.cli.replay import replay_attributes as attributes
 
     return attributes(source, pid)
 

@@ -84,8 +84,8 @@ def node_host_name(host_pid: int = 1) -> str:
 
 def _pid1_in_container() -> bool:
     """PID 1 is a container's (no hostPID): its UTS name is the pod's, not the node's."""
-    from otelbpf import procfs
-    from otelbpf.resources import container_ids
+    from otelbpf.host import procfs
+    from otelbpf.host.resources import container_ids
 
     return any(container_ids(procfs.cgroup_of(1)))
 

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from otelbpf.cli import build_consumer, build_profile_exporters, preflight
+from otelbpf.cli.main import build_consumer, build_profile_exporters, preflight
 
 log = logging.getLogger("otelbpf")
 #: The demo is short and its services are light: sample often enough that they show in the flame graph.
@@ -171,9 +171,9 @@ def drive_dds(launcher: subprocess.Popen) -> None:
 
 
 def run_demo(args) -> int:
-    from otelbpf.agent import Agent, live_pipeline
-    from otelbpf.resources import ProcessResources
-    from otelbpf.selfmetrics import Counters
+    from otelbpf.runtime.agent import Agent, live_pipeline
+    from otelbpf.host.resources import ProcessResources
+    from otelbpf.core.selfmetrics import Counters
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
     from otelbpf.profiles.profiler import Profiler
     from otelbpf.profiles.sampler import ProfileConfig

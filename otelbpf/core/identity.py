@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from otelbpf.model import SpanKind, SpanRecord
+from otelbpf.core.model import SpanKind, SpanRecord
 
 
 class TraceGroup:

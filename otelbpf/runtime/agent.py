@@ -10,11 +10,11 @@ import signal
 import time
 from typing import Protocol
 
-from otelbpf.events import Event
+from otelbpf.core.events import Event
 from otelbpf.pipeline import Pipeline
 from otelbpf.profiles.records import PROFILE_ON_CPU, StackSampleEvent
-from otelbpf.reorder import ReorderBuffer
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.reorder import ReorderBuffer
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.semantics import genai, gpu
 
 log = logging.getLogger("otelbpf")
@@ -121,7 +121,7 @@ class Agent:
         self.counters = counters
         self.stats_interval_s = stats_interval_s
         self.flush_timeout_s = flush_timeout_s
-        #: otelbpf.budget.CpuBudget, or None for no CPU limit.
+        #: otelbpf.runtime.budget.CpuBudget, or None for no CPU limit.
         self.budget = budget
         #: Set by a signal handler or another thread. A plain attribute, not a
         #: threading.Event: Event.set() from a signal handler deadlocks when the

@@ -145,7 +145,7 @@ os.register_at_fork(after_in_child=_empty_id_pools)
 
 
 class ResourceLookup:
-    """Maps a span's ``pid`` to its resource attributes (see otelbpf.resources)."""
+    """Maps a span's ``pid`` to its resource attributes (see otelbpf.host.resources)."""
 
     def attributes(self, pid: int) -> Mapping[str, AttributeValue]:  # pragma: no cover - interface
         raise NotImplementedError

@@ -17,8 +17,8 @@ import re
 import threading
 from typing import Callable, Mapping
 
-from otelbpf import procfs
-from otelbpf.model import AttributeValue, ResourceLookup
+from otelbpf.host import procfs
+from otelbpf.core.model import AttributeValue, ResourceLookup
 
 INTERPRETERS = re.compile(r"^(python[\d.]*|pypy[\d.]*|node|nodejs|ruby[\d.]*|perl[\d.]*|php[\d.]*|bun|deno)$")
 #: cgroup path parts that carry a container ID (docker, containerd, cri-o, podman).
@@ -112,7 +112,7 @@ def telemetry_identity(pid: int, program: str) -> dict[str, AttributeValue]:
     """service.instance.id (unless the process set its own: it is kept) and
     telemetry.sdk.*: the spans are made by otelbpf, in the process's language."""
     from otelbpf import __version__, semconv as sc
-    from otelbpf.hostidentity import language_of, node_host_name, process_instance_id
+    from otelbpf.host.identity import language_of, node_host_name, process_instance_id
 
     out: dict[str, AttributeValue] = {
         sc.SERVICE_INSTANCE_ID: process_instance_id(node_host_name(), pid),
@@ -134,7 +134,7 @@ class ProcessResources(ResourceLookup):
         describe: Callable[[int, str], dict[str, AttributeValue]] = process_attributes,
         max_processes: int = 65536,
     ) -> None:
-        from otelbpf.hostidentity import node_host_name
+        from otelbpf.host.identity import node_host_name
 
         base: dict[str, AttributeValue] = {"host.name": node_host_name()}
         base.update(parse_resource_attributes(os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")))

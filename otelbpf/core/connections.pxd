@@ -3,7 +3,7 @@
 # per-event step (_feed) is a C call. Attributes not declared here still work (the
 # instance keeps a __dict__ for them), only slower.
 cimport cython as cy
-from otelbpf.events cimport DataEvent
+from otelbpf.core.events cimport DataEvent
 
 
 # One per connection, read several times per request (the pipeline, the span semantics):

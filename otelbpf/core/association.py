@@ -54,10 +54,10 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
-from otelbpf.identity import SpanStart, TraceGroup
-from otelbpf.model import SpanKind, SpanRecord, new_span_id, new_trace_id
-from otelbpf.propagation import extract_parent
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.identity import SpanStart, TraceGroup
+from otelbpf.core.model import SpanKind, SpanRecord, new_span_id, new_trace_id
+from otelbpf.core.propagation import extract_parent
+from otelbpf.core.selfmetrics import Counters
 
 PROPAGATED = "propagated"
 CONNECTION = "connection"

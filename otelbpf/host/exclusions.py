@@ -28,7 +28,7 @@ import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from otelbpf.events import ConnClose, ConnOpen, ConnPeer, DataEvent, Event, Source
+from otelbpf.core.events import ConnClose, ConnOpen, ConnPeer, DataEvent, Event, Source
 
 log = logging.getLogger("otelbpf")
 

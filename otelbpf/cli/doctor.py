@@ -398,7 +398,7 @@ def check_gpu(pids=None) -> list[Check]:
     """Which running processes map CUDA runtime/driver or NCCL libraries `run`
     would probe, per process and file (docs/gpu.md). Informational: a process
     that loads them later is found by `run` when it does."""
-    from otelbpf import procfs
+    from otelbpf.host import procfs
     from otelbpf.sources.gpu import LAUNCH_FUNCTIONS, survey
 
     found = survey(procfs.all_pids() if pids is None else pids)

@@ -70,7 +70,7 @@ def otlp_endpoint_and_port(endpoint: str | None, protocol: str | None) -> tuple[
 
 def check_output_options(args) -> None:
     """The OTLP settings of ``run``/``replay`` are usable (raises ValueError)."""
-    from otelbpf.cli import wants_otlp
+    from otelbpf.cli.main import wants_otlp
     from otelbpf.otlp import resolve_transport
 
     if not wants_otlp(args):
@@ -92,7 +92,7 @@ def check_pids_exist(pids: list[int]) -> None:
 
 def remove_empty_outputs(args) -> None:
     """The agent did not start: leave no empty output file behind."""
-    from otelbpf.cli import DEFAULT_JSON_FILE
+    from otelbpf.cli.main import DEFAULT_JSON_FILE
 
     for path in {getattr(args, "json_file", None) or DEFAULT_JSON_FILE, getattr(args, "metrics_json_file", None)}:
         if path and os.path.isfile(path) and os.path.getsize(path) == 0:

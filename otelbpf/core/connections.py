@@ -23,8 +23,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Iterable
 
-from otelbpf.events import ConnOpen, DatagramEvent, DataEvent, DataFlags, RoleHint, Source
-from otelbpf.selfmetrics import Counters
+from otelbpf.core.events import ConnOpen, DatagramEvent, DataEvent, DataFlags, RoleHint, Source
+from otelbpf.core.selfmetrics import Counters
 from protocols.base import Detector, Direction, Outcome, Session, SessionEvent, Transport
 
 _SENDFILE = int(DataFlags.SENDFILE)

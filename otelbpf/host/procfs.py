@@ -13,7 +13,7 @@ import socket
 import struct
 from typing import Iterable
 
-from otelbpf.events import ConnOpen
+from otelbpf.core.events import ConnOpen
 
 PROC = "/proc"
 IPPROTO_TCP = 6

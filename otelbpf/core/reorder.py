@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from otelbpf.events import Event
+from otelbpf.core.events import Event
 
 #: How long an event may lag behind a later one in the ring buffer.
 DEFAULT_WINDOW_NS = 5_000_000
