@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from otelbpf.host.identity import container_ids
 from otelbpf.host.resources import (
     ProcessResources,
-    container_ids,
     parse_resource_attributes,
     process_attributes,
     script_name,

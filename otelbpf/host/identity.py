@@ -16,15 +16,21 @@ import ctypes
 import functools
 import logging
 import os
+import re
 import socket
 import threading
 import uuid
+
+from otelbpf.host import procfs
 
 log = logging.getLogger("otelbpf")
 
 CLONE_NEWUTS = 0x04000000
 #: Namespace of the UUIDv5 service.instance.id of traced processes.
 INSTANCE_NAMESPACE = uuid.UUID("5f2f1f3c-6c1e-4a1b-9f0e-0e1b9f0c7a11")
+#: cgroup path parts that carry a container ID (docker, containerd, cri-o, podman).
+CONTAINER_ID = re.compile(r"(?:^|[/-])(?:docker-|cri-containerd-|crio-|libpod-)?([0-9a-f]{64})(?:\.scope)?$")
+POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
 
 def _same_namespace(kind: str, pid: int) -> bool | None:
@@ -84,10 +90,21 @@ def node_host_name(host_pid: int = 1) -> str:
 
 def _pid1_in_container() -> bool:
     """PID 1 is a container's (no hostPID): its UTS name is the pod's, not the node's."""
-    from otelbpf.host import procfs
-    from otelbpf.host.resources import container_ids
-
     return any(container_ids(procfs.cgroup_of(1)))
+
+def container_ids(cgroup_text: str) -> tuple[str | None, str | None]:
+    """(container.id, k8s.pod.uid) from a /proc/PID/cgroup file, if present."""
+    container = pod = None
+    for line in cgroup_text.splitlines():
+        path = line.split(":", 2)[-1]
+        for part in path.split("/"):
+            match = CONTAINER_ID.search(part)
+            if match:
+                container = match.group(1)
+            pod_match = POD_UID.search(part)
+            if pod_match:
+                pod = pod_match.group(1).replace("_", "-")
+    return container, pod
 
 
 def process_start_ticks(pid: int) -> int | None:

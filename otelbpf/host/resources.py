@@ -17,13 +17,12 @@ import re
 import threading
 from typing import Callable, Mapping
 
-from otelbpf.host import procfs
+from otelbpf import __version__, semconv as sc
 from otelbpf.core.model import AttributeValue, ResourceLookup
+from otelbpf.host import procfs
+from otelbpf.host.identity import container_ids, language_of, node_host_name, process_instance_id
 
 INTERPRETERS = re.compile(r"^(python[\d.]*|pypy[\d.]*|node|nodejs|ruby[\d.]*|perl[\d.]*|php[\d.]*|bun|deno)$")
-#: cgroup path parts that carry a container ID (docker, containerd, cri-o, podman).
-CONTAINER_ID = re.compile(r"(?:^|[/-])(?:docker-|cri-containerd-|crio-|libpod-)?([0-9a-f]{64})(?:\.scope)?$")
-POD_UID = re.compile(r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 
 
 def parse_resource_attributes(text: str) -> dict[str, str]:
@@ -69,20 +68,6 @@ def service_name_for(env: Mapping[str, str], argv: list[str], exe: str | None, c
     return program or comm or "unknown_service"
 
 
-def container_ids(cgroup_text: str) -> tuple[str | None, str | None]:
-    """(container.id, k8s.pod.uid) from a /proc/PID/cgroup file, if present."""
-    container = pod = None
-    for line in cgroup_text.splitlines():
-        path = line.split(":", 2)[-1]
-        for part in path.split("/"):
-            match = CONTAINER_ID.search(part)
-            if match:
-                container = match.group(1)
-            pod_match = POD_UID.search(part)
-            if pod_match:
-                pod = pod_match.group(1).replace("_", "-")
-    return container, pod
-
 
 def process_attributes(pid: int, comm_hint: str = "") -> dict[str, AttributeValue]:
     env = procfs.environ_of(pid)
@@ -111,9 +96,6 @@ def process_attributes(pid: int, comm_hint: str = "") -> dict[str, AttributeValu
 def telemetry_identity(pid: int, program: str) -> dict[str, AttributeValue]:
     """service.instance.id (unless the process set its own: it is kept) and
     telemetry.sdk.*: the spans are made by otelbpf, in the process's language."""
-    from otelbpf import __version__, semconv as sc
-    from otelbpf.host.identity import language_of, node_host_name, process_instance_id
-
     out: dict[str, AttributeValue] = {
         sc.SERVICE_INSTANCE_ID: process_instance_id(node_host_name(), pid),
         sc.TELEMETRY_SDK_NAME: "otelbpf",
@@ -134,8 +116,6 @@ class ProcessResources(ResourceLookup):
         describe: Callable[[int, str], dict[str, AttributeValue]] = process_attributes,
         max_processes: int = 65536,
     ) -> None:
-        from otelbpf.host.identity import node_host_name
-
         base: dict[str, AttributeValue] = {"host.name": node_host_name()}
         base.update(parse_resource_attributes(os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")))
         base.update(agent_attributes or {})
