@@ -377,7 +377,9 @@ def agent_child(argv: list[str]) -> int:
         child.stage("import the native unwinder (libdw)", "imports")
     except ImportError:
         pass
+    import otelbpf.cli.doctor as doctor
     import otelbpf.cli.main as cli
+    import otelbpf.cli.outputs as outputs
     import otelbpf.runtime.gctune as gctune
     import otelbpf.sources.ringbuf as ringbuf
     from otelbpf.profiles.sampler import ProfileSampler
@@ -389,22 +391,20 @@ def agent_child(argv: list[str]) -> int:
     child.stage("import the rest of otelbpf (cli, agent, sources, profiles)", "imports")
 
     if "profile_ring_mb" in fixes:
-        original_profile_config = cli.profile_config
+        original_profile_config = outputs.profile_config
 
         def profile_config(args):
             config = original_profile_config(args)
             config.ring_mb = int(fixes["profile_ring_mb"])
             return config
 
-        cli.profile_config = profile_config
+        outputs.profile_config = profile_config
 
-    original_preflight = cli.preflight
+    original_preflight = doctor.preflight
 
     def preflight():
         child.stage("options checked", "start-up")
         if "skip_regs_check" in fixes:  # the check `run`'s own compile repeats, with its fallback
-            import otelbpf.cli.doctor as doctor
-
             doctor.check_task_regs = lambda: doctor.Check("task pt_regs helpers", doctor.OK, "skipped (rss_breakdown)")
         if "fork_preflight" in fixes:  # the doctor's checks in a child process: its compiles are not ours
             sys.stdout.flush()
@@ -423,15 +423,15 @@ def agent_child(argv: list[str]) -> int:
         child.stage(f"preflight: the doctor's checks{how}", "start-up")
         return ok
 
-    cli.preflight = preflight
-    original_build_consumer = cli.build_consumer
+    doctor.preflight = preflight
+    original_build_consumer = outputs.build_consumer
 
     def build_consumer(*args, **kwargs):
         made = original_build_consumer(*args, **kwargs)
         child.stage("outputs built (sinks, exporters, their threads)", "start-up")
         return made
 
-    cli.build_consumer = build_consumer
+    outputs.build_consumer = build_consumer
     compiles = [0]
     original_compile = EbpfSource._compile
 

@@ -32,7 +32,8 @@ import threading
 import time
 from pathlib import Path
 
-from otelbpf.cli.main import build_consumer, build_profile_exporters, preflight
+from otelbpf.cli.doctor import preflight
+from otelbpf.cli.outputs import build_consumer, build_profile_exporters
 
 log = logging.getLogger("otelbpf")
 #: The demo is short and its services are light: sample often enough that they show in the flame graph.

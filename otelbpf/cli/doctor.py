@@ -11,11 +11,14 @@ import ctypes
 import os
 import platform
 import subprocess
-from dataclasses import dataclass
+import sys
+import threading
 from pathlib import Path
 
+from otelbpf.host.checks import FAIL, INFO, OK, WARN, Check, effective_capabilities
+from otelbpf.profiles import doctor as profiles_doctor
+
 TRACEFS = Path("/sys/kernel/tracing")
-OK, WARN, FAIL, INFO = "ok", "warn", "FAIL", "info"
 
 #: Per-syscall tracepoints bpf/socket.c attaches for UDP capture (`run --udp`) only.
 SYSCALL_TRACEPOINTS = [
@@ -54,14 +57,6 @@ def _exists(path: Path) -> bool:
         return False
 
 
-@dataclass
-class Check:
-    name: str
-    status: str
-    detail: str
-    fix: str = ""
-
-
 def kernel_version() -> tuple[int, int]:
     release = platform.release()
     parts = release.split(".")
@@ -82,13 +77,6 @@ def check_kernel() -> Check:
             "run on a newer kernel",
         )
     return Check("kernel", OK, release)
-
-
-def effective_capabilities() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("CapEff:"):
-            return int(line.split()[1], 16)
-    return 0
 
 
 def check_privileges() -> Check:
@@ -534,8 +522,6 @@ def run_checks() -> list[Check]:
         checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
         checks += check_tls()
         checks += check_gpu()
-        from otelbpf.profiles import doctor as profiles_doctor
-
         checks += profiles_doctor.run_checks()
     checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers()]
     checks += [check_process_identity(), check_dds_shared_memory()]
@@ -555,3 +541,36 @@ def format_report(checks: list[Check]) -> str:
             lines.append(f"         {'':<{width}}  -> {c.fix}")
     verdict = "tracing can work on this host" if not failures(checks) else "tracing cannot work until the FAIL items are fixed"
     return "otelbpf doctor\n" + "\n".join(lines) + f"\n{verdict}"
+
+
+def preflight() -> bool:
+    """The doctor's checks, silently when all pass; the report when one fails.
+
+    They run in a child process when this one has a single thread (as at start-up): a
+    test BPF compile and a search of every mapped library raise the memory high-water
+    mark by ~60 MB that the agent would otherwise keep as its peak RSS for life
+    (bench/README.md, "Agent memory"). What the checks change on the host (tracefs
+    mounted) outlives the child."""
+    if threading.active_count() > 1 or not hasattr(os, "fork"):
+        return _preflight_here()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: report, and exit without running the parent's exit handlers
+        ok = False
+        try:
+            ok = _preflight_here()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0 if ok else 1)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def _preflight_here() -> bool:
+    checks = run_checks()
+    if failures(checks):
+        print(format_report(checks), file=sys.stderr)
+        print("otelbpf: refusing to start (see above)", file=sys.stderr)
+        return False
+    return True

@@ -13,6 +13,9 @@ import logging
 import os
 from urllib.parse import urlsplit
 
+from otelbpf.cli.outputs import DEFAULT_JSON_FILE, wants_otlp
+from otelbpf.otlp import resolve_transport
+
 log = logging.getLogger("otelbpf")
 
 #: The OTLP default ports (OpenTelemetry specification, "OTLP/gRPC", "OTLP/HTTP").
@@ -60,8 +63,6 @@ def check_endpoint(endpoint: str, protocol: str, origin: str) -> None:
 
 def otlp_endpoint_and_port(endpoint: str | None, protocol: str | None) -> tuple[str | None, int]:
     """The traces endpoint ``run`` will use and the port it defaults to."""
-    from otelbpf.otlp import resolve_transport
-
     transport = resolve_transport(protocol)
     if not endpoint:
         endpoint, _ = endpoint_from_env()
@@ -70,9 +71,6 @@ def otlp_endpoint_and_port(endpoint: str | None, protocol: str | None) -> tuple[
 
 def check_output_options(args) -> None:
     """The OTLP settings of ``run``/``replay`` are usable (raises ValueError)."""
-    from otelbpf.cli.main import wants_otlp
-    from otelbpf.otlp import resolve_transport
-
     if not wants_otlp(args):
         return
     transport = resolve_transport(getattr(args, "otlp_protocol", None))
@@ -92,8 +90,6 @@ def check_pids_exist(pids: list[int]) -> None:
 
 def remove_empty_outputs(args) -> None:
     """The agent did not start: leave no empty output file behind."""
-    from otelbpf.cli.main import DEFAULT_JSON_FILE
-
     for path in {getattr(args, "json_file", None) or DEFAULT_JSON_FILE, getattr(args, "metrics_json_file", None)}:
         if path and os.path.isfile(path) and os.path.getsize(path) == 0:
             os.unlink(path)

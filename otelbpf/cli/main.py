@@ -1,4 +1,9 @@
-"""Command line: `otelbpf doctor | run | replay | demo`."""
+"""Command line: `otelbpf doctor | run | replay | demo`.
+
+A command imports the layers it runs when it runs (``cmd_run``, ``cmd_replay``): the
+eBPF source loads BCC, and the pipeline and export layers weigh ~150 ms and ~27 MB, which
+``otelbpf --help`` and ``otelbpf doctor`` need not pay.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,11 @@ import json
 import logging
 import os
 import sys
-import threading
 import time
 
 from otelbpf import __version__
+from otelbpf.cli import doctor, firstrun, outputs
+from otelbpf.cli.demo import run_demo
 from otelbpf.runtime import gctune
 from otelbpf.otlp import OTLP_TRANSPORTS
 from otelbpf.profiles.sampler import DEFAULT_HZ as DEFAULT_PROFILE_HZ, MAX_HZ as MAX_PROFILE_HZ
@@ -18,7 +24,6 @@ from otelbpf.semantics import gpu_steps
 
 log = logging.getLogger("otelbpf")
 
-DEFAULT_JSON_FILE = "otelbpf-traces.json"
 
 
 def _positive_int(text: str) -> int:
@@ -68,7 +73,7 @@ def _duration_ns(text: str) -> int:
 
 
 def _add_output_options(p: argparse.ArgumentParser) -> None:
-    out = p.add_argument_group("output (with none given: --console and --json-file %s)" % DEFAULT_JSON_FILE)
+    out = p.add_argument_group("output (with none given: --console and --json-file %s)" % outputs.DEFAULT_JSON_FILE)
     out.add_argument("--otlp-endpoint", metavar="URL", help="send OTLP here (default from OTEL_EXPORTER_OTLP_*)")
     out.add_argument("--otlp-protocol", choices=OTLP_TRANSPORTS, help="OTLP transport (default grpc, or OTEL_EXPORTER_OTLP_PROTOCOL)")
     out.add_argument("--json-file", metavar="PATH", help="write OTLP JSON, one ExportTraceServiceRequest per line")
@@ -184,13 +189,12 @@ def _add_exclusion_options(p: argparse.ArgumentParser) -> None:
 def build_exclusions(args):
     """The exclusions ``run`` applies: the user's, plus the default list."""
     from otelbpf.host.exclusions import DEFAULT_EXCLUDED_COMMS, Exclusions, endpoint_addresses
-    from otelbpf.cli.firstrun import otlp_endpoint_and_port
 
     exclusions = Exclusions(comms=list(args.exclude_comm), pids=list(args.exclude_pid), ports=set(args.exclude_port))
     if not args.no_default_excludes:
         exclusions.comms += [c for c in DEFAULT_EXCLUDED_COMMS if c not in exclusions.comms]
-        if wants_otlp(args):
-            endpoint, port = otlp_endpoint_and_port(args.otlp_endpoint, args.otlp_protocol)
+        if outputs.wants_otlp(args):
+            endpoint, port = firstrun.otlp_endpoint_and_port(args.otlp_endpoint, args.otlp_protocol)
             if endpoint:
                 exclusions.endpoints = endpoint_addresses(endpoint, port)
     exclusions.validate()
@@ -327,173 +331,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "replay":
         return cmd_replay(args)
     if args.command == "demo":
-        from otelbpf.cli.demo import run_demo
-
         return run_demo(args)
     return 2
 
 
 def cmd_doctor() -> int:
-    from otelbpf.cli.doctor import failures, format_report, run_checks
-
-    checks = run_checks()
-    print(format_report(checks))
-    return 1 if failures(checks) else 0
+    checks = doctor.run_checks()
+    print(doctor.format_report(checks))
+    return 1 if doctor.failures(checks) else 0
 
 
-def preflight() -> bool:
-    """The doctor's checks, silently when all pass; the report when one fails.
-
-    They run in a child process when this one has a single thread (as at start-up): a
-    test BPF compile and a search of every mapped library raise the memory high-water
-    mark by ~60 MB that the agent would otherwise keep as its peak RSS for life
-    (bench/README.md, "Agent memory"). What the checks change on the host (tracefs
-    mounted) outlives the child."""
-    if threading.active_count() > 1 or not hasattr(os, "fork"):
-        return _preflight_here()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:  # the child: report, and exit without running the parent's exit handlers
-        ok = False
-        try:
-            ok = _preflight_here()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0 if ok else 1)
-    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
-
-
-def _preflight_here() -> bool:
-    from otelbpf.cli.doctor import failures, format_report, run_checks
-
-    checks = run_checks()
-    if failures(checks):
-        print(format_report(checks), file=sys.stderr)
-        print("otelbpf: refusing to start (see above)", file=sys.stderr)
-        return False
-    return True
-
-
-def otlp_configured_by_env() -> bool:
-    """Standard OTel variables that ask for OTLP export."""
-    env = os.environ
-    if env.get("OTEL_TRACES_EXPORTER", "").strip().lower() == "otlp":
-        return True
-    return any(
-        env.get(name)
-        for name in (
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
-            "OTEL_EXPORTER_OTLP_PROTOCOL",
-        )
-    )
-
-
-def build_sinks(args, default_to_console: bool = True):
-    """The span sinks the output options (and OTEL_* variables) ask for, or
-    the embedded default: a console tree and an OTLP JSON file."""
-    from otelbpf.export import ConsoleSink, JsonFileSink, make_otlp_sink
-
-    sinks = []
-    if wants_otlp(args):
-        sinks.append(make_otlp_sink(args.otlp_endpoint, args.otlp_protocol))
-    if getattr(args, "json_file", None):
-        sinks.append(JsonFileSink(args.json_file))
-    if getattr(args, "console", False):
-        sinks.append(ConsoleSink())
-    if not sinks and default_to_console:
-        sinks = [ConsoleSink(), JsonFileSink(DEFAULT_JSON_FILE)]
-        log.info("otelbpf: no output configured: printing traces and writing %s", DEFAULT_JSON_FILE)
-    return sinks
-
-
-def wants_otlp(args) -> bool:
-    return bool(getattr(args, "otlp_endpoint", None) or getattr(args, "otlp_protocol", None) or otlp_configured_by_env())
-
-
-def build_metric_sinks(args):
-    """OTLP metrics go wherever OTLP traces go (unless OTEL_METRICS_EXPORTER=none);
-    --metrics-json-file adds a file."""
-    from otelbpf.metrics import MetricsJsonFileSink, make_otlp_metric_sink
-
-    sinks = []
-    metrics_off = os.environ.get("OTEL_METRICS_EXPORTER", "").strip().lower() == "none"
-    if wants_otlp(args) and not metrics_off:
-        sinks.append(make_otlp_metric_sink(args.otlp_endpoint, args.otlp_protocol))
-    if getattr(args, "metrics_json_file", None):
-        sinks.append(MetricsJsonFileSink(args.metrics_json_file))
-    return sinks
-
-
-def build_consumer(args, resources, counters, default_to_console: bool = True):
-    """Everything a finished span goes to: the batch span processor, and the
-    span metrics with their exporter when metrics have somewhere to go.
-    Raises ValueError/OSError for bad output options."""
-    from otelbpf.export import BatchSpanProcessor
-    from otelbpf.metrics import MeteredProcessor, MetricsExporter, SpanMetrics, agent_resource_attributes
-    from otelbpf.registry import default_instruments
-
-    processor = BatchSpanProcessor(build_sinks(args, default_to_console), resources, counters)
-    metric_sinks = build_metric_sinks(args)
-    if not metric_sinks:
-        return processor, None
-    span_metrics = SpanMetrics(resources, default_instruments())
-    exporter = MetricsExporter(
-        span_metrics, counters, agent_resource_attributes(), metric_sinks, interval_s=getattr(args, "metrics_interval", None)
-    )
-    return MeteredProcessor(processor, span_metrics, exporter), exporter
-
-
-def profile_config(args):
-    """What the profile options ask the kernel for (``hz`` 0: no profiles)."""
-    from otelbpf.profiles.sampler import ProfileConfig
-
-    return ProfileConfig(
-        hz=0 if args.no_profiles else args.profile_hz,
-        off_cpu=args.off_cpu and not args.no_profiles,
-        off_cpu_min_ns=args.off_cpu_min,
-        ring_mb=getattr(args, "profile_ring_mb", 4),
-        publish_trace_context=args.publish_trace_context,
-        gpu=not (getattr(args, "no_gpu_profiles", False) or getattr(args, "no_gpu", False)),
-        gpu_launch_every=getattr(args, "gpu_launch_sample_every", 128),
-    )
-
-
-def default_flamegraph_path(args) -> str:
-    """Beside the traces file: otelbpf-traces.json -> otelbpf-traces.flamegraph.html."""
-    traces = getattr(args, "json_file", None) or DEFAULT_JSON_FILE
-    stem = traces[: -len(".json")] if traces.endswith(".json") else traces
-    return stem + ".flamegraph.html"
-
-
-def build_profile_exporters(args, counters):
-    """The profile exporters the options ask for, on a thread of their own.
-    OTLP profiles go wherever OTLP traces go (unless OTEL_PROFILES_EXPORTER=none);
-    with no profile output at all, the flame graph is written beside the traces
-    file. Returns (exporter or None, the flame graph path or None)."""
-    from otelbpf.profiles.export import BackgroundExporter, make_profile_exporters
-
-    otlp = wants_otlp(args) and os.environ.get("OTEL_PROFILES_EXPORTER", "").strip().lower() != "none"
-    flamegraph = getattr(args, "flamegraph", None)
-    json_file = getattr(args, "profiles_json_file", None)
-    pprof_dir = getattr(args, "pprof_dir", None)
-    if not (otlp or json_file or pprof_dir or flamegraph):
-        flamegraph = default_flamegraph_path(args)
-    if pprof_dir:
-        os.makedirs(pprof_dir, exist_ok=True)
-    exporters = make_profile_exporters(
-        otlp_endpoint=args.otlp_endpoint if otlp else None,
-        otlp_protocol=args.otlp_protocol if otlp else None,
-        otlp=otlp,
-        json_file=json_file,
-        pprof_dir=pprof_dir,
-        flamegraph_file=flamegraph,
-        counters=counters,
-    )
-    return BackgroundExporter(exporters, counters=counters), flamegraph
 
 
 def yield_cpu(niceness: int) -> None:
@@ -555,11 +402,10 @@ def cmd_run(args) -> int:
     from otelbpf.semantics import SpanOptions
     from otelbpf.host.exclusions import ExcludingSource
     from otelbpf.runtime.health import HealthServer, Heartbeat
-    from otelbpf.cli.firstrun import check_output_options, check_pids_exist, exit_status, remove_empty_outputs
 
     yield_cpu(args.nice)  # first: every thread created from here on inherits it
     try:
-        check_output_options(args)
+        firstrun.check_output_options(args)
         exclusions = build_exclusions(args)
     except ValueError as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
@@ -579,7 +425,7 @@ def cmd_run(args) -> int:
         gpu_launch_time=args.gpu_launch_time,
         exclude_comms=exclusions.comms,
         exclude_pids=exclusions.pids,
-        profiles=profile_config(args),
+        profiles=outputs.profile_config(args),
     )
     try:
         config.validate()
@@ -587,11 +433,11 @@ def cmd_run(args) -> int:
         print(f"otelbpf: {exc}", file=sys.stderr)
         return 2
     try:
-        check_pids_exist(args.pid)  # before any output file exists
+        firstrun.check_pids_exist(args.pid)  # before any output file exists
     except ValueError as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
         return 1
-    if not preflight():
+    if not doctor.preflight():
         return 1
     if config.profiles.publish_trace_context:
         from otelbpf.profiles.tracectx import ensure_bpffs
@@ -604,7 +450,7 @@ def cmd_run(args) -> int:
     counters = Counters()
     resources = ProcessResources()
     try:
-        consumer, metrics = build_consumer(args, resources, counters)
+        consumer, metrics = outputs.build_consumer(args, resources, counters)
     except (ValueError, OSError) as exc:
         print(f"otelbpf: output: {exc}", file=sys.stderr)
         return 2
@@ -631,7 +477,7 @@ def cmd_run(args) -> int:
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
     if config.profiles.enabled:
         try:
-            profile_exporter, flamegraph = build_profile_exporters(args, counters)
+            profile_exporter, flamegraph = outputs.build_profile_exporters(args, counters)
         except (ValueError, OSError) as exc:
             print(f"otelbpf: profiles output: {exc}", file=sys.stderr)
             consumer.shutdown(1.0)
@@ -669,7 +515,7 @@ def cmd_run(args) -> int:
             profiles_file = getattr(args, "profiles_json_file", None)
             if profiles_file and os.path.isfile(profiles_file) and os.path.getsize(profiles_file) == 0:
                 os.unlink(profiles_file)
-        remove_empty_outputs(args)
+        firstrun.remove_empty_outputs(args)
         if health is not None:
             health.close()
         return 1
@@ -696,7 +542,7 @@ def cmd_run(args) -> int:
         source.close()
         if health is not None:
             health.close()
-    return exit_status(stats, args.fail_on_drop)
+    return firstrun.exit_status(stats, args.fail_on_drop)
 
 
 def cmd_replay(args) -> int:
@@ -709,7 +555,7 @@ def cmd_replay(args) -> int:
     try:
         source = PcapSource(args.pcap, perspective=args.perspective)
         resources = replay_resources(source)
-        consumer, _metrics = build_consumer(args, resources, counters)
+        consumer, _metrics = outputs.build_consumer(args, resources, counters)
     except (ValueError, OSError, PcapError) as exc:
         print(f"otelbpf: {exc}", file=sys.stderr)
         return 2

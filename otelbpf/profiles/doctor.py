@@ -13,7 +13,7 @@ import os
 import platform
 import struct
 
-from otelbpf.cli.doctor import INFO, OK, WARN, Check, effective_capabilities
+from otelbpf.host.checks import INFO, OK, WARN, Check, effective_capabilities
 
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_CPU_CLOCK = 0
