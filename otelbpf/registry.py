@@ -12,9 +12,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+from otelbpf import fastpath
+from otelbpf import semconv as sc
+from otelbpf.metrics import genai as genai_metrics
+from otelbpf.metrics import gpu as gpu_metrics
+from otelbpf.metrics import http1 as http1_metrics
+from otelbpf.metrics import http2 as http2_metrics
+from otelbpf.metrics import rtps as rtps_metrics
 from otelbpf.metrics.instruments import SpanHistogram
+from otelbpf.semantics import http1 as http1_semantics
+from otelbpf.semantics import http2 as http2_semantics
+from otelbpf.semantics import rtps as rtps_semantics
 from otelbpf.semantics.common import CallSemantics, SpanSemantics
 from protocols.base import Detector, Transport
+from protocols.http1 import Http1Detector
+from protocols.http2 import Http2Detector
+from protocols.rtps import RtpsDetector
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,20 +119,6 @@ class Registry:
 def default_registry(fast_path: bool | None = None) -> Registry:
     """Every protocol otelbpf ships, in detection order. ``fast_path``: HTTP/1 on the
     compiled fast path (otelbpf.fastpath); None: wherever it is built and not turned off."""
-    from otelbpf import fastpath
-    from otelbpf import semconv as sc
-    from otelbpf.metrics import genai as genai_metrics
-    from otelbpf.metrics import gpu as gpu_metrics
-    from otelbpf.metrics import http1 as http1_metrics
-    from otelbpf.metrics import http2 as http2_metrics
-    from otelbpf.metrics import rtps as rtps_metrics
-    from otelbpf.semantics import http1 as http1_semantics
-    from otelbpf.semantics import http2 as http2_semantics
-    from otelbpf.semantics import rtps as rtps_semantics
-    from protocols.http1 import Http1Detector
-    from protocols.http2 import Http2Detector
-    from protocols.rtps import RtpsDetector
-
     registry = Registry()
     # Semantics per registry: a pipeline may attach its GenAI layer to HTTP/1's and
     # HTTP/2's (otelbpf.semantics.genai.attach); LLM calls are HTTP spans, so the

@@ -22,6 +22,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from otelbpf.metrics.agent import label_key
+
 log = logging.getLogger("otelbpf")
 
 #: /healthz fails when the drain loop has not read the ring buffer for this long.
@@ -69,8 +71,6 @@ def prometheus_text(counters, label_key) -> str:
 
 class HealthServer:
     def __init__(self, port: int, heartbeat: Heartbeat, counters, host: str = "0.0.0.0") -> None:
-        from otelbpf.metrics.agent import label_key
-
         self.heartbeat = heartbeat
         server = self
 
