@@ -18,12 +18,13 @@ import time
 
 import pytest
 
-from otelbpf.sources import python_tasks, uprobes
-from otelbpf.sources.uprobes import Mapping, ProbeSpec, UprobeAttacher, parse_maps, resolve_symbols, runtime_address
+from otelbpf.host.procfs import Mapping, executable_mappings, parse_maps
+from otelbpf.sources import python_tasks
+from otelbpf.sources.uprobes import ProbeSpec, UprobeAttacher, resolve_symbols, runtime_address
 
 
 def _mapped(pattern: str) -> str:
-    for m in uprobes.executable_mappings(os.getpid()):
+    for m in executable_mappings(os.getpid()):
         if re.search(pattern, m.path):
             return m.path
     pytest.skip(f"nothing matching {pattern} mapped in this process")
@@ -79,7 +80,7 @@ def test_python_binary_or_libpython_defines_pyiter_send():
 
 def test_runtime_address_of_a_libc_function_is_where_ctypes_finds_it(libc):
     [getpid] = [s for s in resolve_symbols(libc, ["getpid"])]
-    addr = runtime_address(uprobes.executable_mappings(os.getpid()), libc, getpid.file_offset)
+    addr = runtime_address(executable_mappings(os.getpid()), libc, getpid.file_offset)
     real = ctypes.cast(ctypes.CDLL(libc).getpid, ctypes.c_void_p).value
     assert addr == real
 

@@ -1,9 +1,10 @@
-"""What /proc tells about processes and sockets.
+"""What /proc tells about processes, their mapped files and their sockets.
 
 Used at start-up (which processes to trace), once per newly seen process
-(its resource attributes) and for connections that predate the agent (their
-tuple was never seen by the kernel probe). Every function tolerates the
-process vanishing underneath it.
+(its resource attributes), to find the libraries a process maps (the
+uprobes, TLS and GPU probes, the Python profiler) and for connections that
+predate the agent (their tuple was never seen by the kernel probe). Every
+function tolerates the process vanishing underneath it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import socket
 import struct
+from dataclasses import dataclass
 from typing import Iterable
 
 from otelbpf.core.events import ConnOpen
@@ -99,6 +101,46 @@ def exe_of(pid: int) -> str | None:
 def cgroup_of(pid: int) -> str:
     raw = _read(f"{PROC}/{pid}/cgroup", "r")
     return raw or ""
+
+
+# -- mapped files ------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Mapping:
+    """One executable file mapping of a process: its address range, the file
+    offset it starts at, and the file's path as the process sees it."""
+
+    start: int
+    end: int
+    offset: int
+    path: str
+
+
+def executable_mappings(pid: int) -> list[Mapping]:
+    """The process's executable file mappings, in maps order ([] if it is gone)."""
+    try:
+        with open(f"{PROC}/{pid}/maps") as maps:
+            text = maps.read()
+    except OSError:
+        return []
+    return parse_maps(text)
+
+
+def parse_maps(text: str) -> list[Mapping]:
+    """The executable file mappings in the text of a /proc/PID/maps file
+    (anonymous and deleted files left out)."""
+    out = []
+    for line in text.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
+            continue
+        path = parts[5]
+        if path.endswith(" (deleted)"):
+            continue
+        start, _, end = parts[0].partition("-")
+        out.append(Mapping(int(start, 16), int(end, 16), int(parts[2], 16), path))
+    return out
 
 
 # -- sockets -----------------------------------------------------------------

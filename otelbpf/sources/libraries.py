@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import re
 
-from otelbpf.sources.uprobes import Mapping, executable_mappings
+from otelbpf.host.procfs import Mapping, executable_mappings
 
 #: Files larger than this are not searched for a hint (only their name can make them candidates).
 MAX_SEARCHED_BYTES = 256 * 1024 * 1024

@@ -11,7 +11,8 @@ finds it in a process's maps, resolves it with pyelftools and attaches by pid.
 
 from __future__ import annotations
 
-from otelbpf.sources.uprobes import ProbeSpec, executable_mappings, resolve_symbols
+from otelbpf.host.procfs import executable_mappings
+from otelbpf.sources.uprobes import ProbeSpec, resolve_symbols
 
 SYMBOL = "PyIter_Send"
 

@@ -28,6 +28,9 @@ from typing import Callable, Iterable
 from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 
+from otelbpf.host.procfs import Mapping, executable_mappings
+from otelbpf.sources.libraries import MapsWatch, is_candidate
+
 log = logging.getLogger("otelbpf.uprobes")
 
 
@@ -54,17 +57,7 @@ class ProbeSpec:
 
     def matches(self, mapped: str, path: str | None = None) -> bool:
         """``mapped`` (as the process maps it) is worth parsing; ``path``: where the agent reads it."""
-        from otelbpf.sources.libraries import is_candidate
-
         return is_candidate(path or mapped, mapped, re.compile(self.library), self.hint)
-
-
-@dataclass(frozen=True)
-class Mapping:
-    start: int
-    end: int
-    offset: int
-    path: str
 
 
 @dataclass(frozen=True)
@@ -87,30 +80,6 @@ class Attachment:
     #: where the function is in the process (for programs that key on the IP); 0 if not mapped
     runtime_addr: int = 0
     programs: list[tuple[str, str]] = field(default_factory=list)  # ("entry"|"ret", fn_name)
-
-
-def executable_mappings(pid: int) -> list[Mapping]:
-    """The process's executable file mappings, in maps order ([] if it is gone)."""
-    try:
-        with open(f"/proc/{pid}/maps") as maps:
-            text = maps.read()
-    except OSError:
-        return []
-    return parse_maps(text)
-
-
-def parse_maps(text: str) -> list[Mapping]:
-    out = []
-    for line in text.splitlines():
-        parts = line.split(None, 5)
-        if len(parts) < 6 or "x" not in parts[1] or not parts[5].startswith("/"):
-            continue
-        path = parts[5]
-        if path.endswith(" (deleted)"):
-            continue
-        start, _, end = parts[0].partition("-")
-        out.append(Mapping(int(start, 16), int(end, 16), int(parts[2], 16), path))
-    return out
 
 
 def _split_version(name: str) -> tuple[str, str | None, bool]:
@@ -242,8 +211,6 @@ class UprobeAttacher:
         #: pid -> attachments
         self.attached: dict[int, list[Attachment]] = {}
         #: the executable mappings of each process at its last scan (cheap change test)
-        from otelbpf.sources.libraries import MapsWatch
-
         self._maps = MapsWatch()
 
     def add_spec(self, spec: ProbeSpec) -> None:

@@ -22,7 +22,7 @@ from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
 from otelbpf.profiles.python import offsets as O
-from otelbpf.sources.uprobes import Mapping, executable_mappings
+from otelbpf.host.procfs import Mapping, executable_mappings
 
 #: Names of files that may hold the interpreter.
 _CANDIDATE = re.compile(r"^(lib)?python(\d)(?:\.(\d+))?")
