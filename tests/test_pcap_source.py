@@ -22,7 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otelbpf.core.events import ConnClose, ConnOpen, DataEvent, DatagramEvent, Event, RoleHint
-from otelbpf.sources.pcap import Perspective, datagrams, link, streams
+from otelbpf.sources.pcap import Perspective, link, streams
+from otelbpf.sources.pcap.fragments import Ipv4Fragments
 from otelbpf.sources.pcap import replay as pcap_replay
 from otelbpf.sources.pcap import Endpoint, PcapError, PcapSource
 from protocols.base import Direction
@@ -925,7 +926,7 @@ def test_tcp_and_udp_interleaved_stay_in_time_order(tmp_path: Path) -> None:
 @given(frames=st.lists(st.binary(max_size=120), max_size=20), linktype=st.sampled_from(sorted(link.LINK_DECODERS)))
 def test_garbage_frames_never_raise(frames: list[bytes], linktype: int) -> None:
     stats = pcap_replay.new_stats()
-    fragments = datagrams.Ipv4Fragments(stats)
+    fragments = Ipv4Fragments(stats)
     for i, frame in enumerate(frames):
         link.decode_packet(linktype, frame, i, stats, fragments)
     fragments.finish()

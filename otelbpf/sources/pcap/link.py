@@ -16,11 +16,12 @@ decoded and counted again, as the packet its fragments made
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from typing import Callable
 
 import dpkt
 
-from otelbpf.sources.pcap.datagrams import Datagram, Ipv4Fragments
+from otelbpf.sources.pcap.fragments import Ipv4Fragments
 
 
 _ETHERTYPE_IPV4 = 0x0800
@@ -78,6 +79,20 @@ LINK_DECODERS: dict[int, Callable[[bytes], int]] = {
 #: A decoded TCP segment: (src ip bytes, src port, dst ip bytes, dst port, seq,
 #: ack, flags, captured payload, payload bytes on the wire but not captured).
 Segment = tuple[bytes, int, bytes, int, int, int, int, bytes, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Datagram:
+    """A decoded UDP datagram: addresses, the captured payload, and payload
+    bytes on the wire but not captured."""
+
+    src: bytes
+    sport: int
+    dst: bytes
+    dport: int
+    payload: bytes
+    missing: int
+
 
 TH_FIN, TH_SYN, TH_RST, TH_ACK = dpkt.tcp.TH_FIN, dpkt.tcp.TH_SYN, dpkt.tcp.TH_RST, dpkt.tcp.TH_ACK
 _IP_FRAGMENT_BITS = 0x3FFF  # more-fragments flag and fragment offset

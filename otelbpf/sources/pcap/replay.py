@@ -6,7 +6,7 @@ source bridges the two so the same pipeline can be run, debugged and tested
 on recorded traffic without eBPF:
 
 * each server endpoint (ip, port) and each client ip becomes a synthetic
-  process with a small pid (see :class:`Endpoint`);
+  process with a small pid (``otelbpf.sources.pcap.processes``);
 * each TCP connection becomes, per traced side, a :class:`ConnOpen`, the
   byte stream that side read (INGRESS) and wrote (EGRESS) as
   :class:`DataEvent` s, and a :class:`ConnClose`; the byte streams are
@@ -33,7 +33,6 @@ Files are read by ``otelbpf.sources.pcap.files``, frames decoded by
 
 from __future__ import annotations
 
-import heapq
 import socket
 from collections import deque
 from dataclasses import dataclass, field
@@ -41,28 +40,15 @@ from os import PathLike
 from typing import Iterator, Literal
 
 from otelbpf.core.events import ConnClose, ConnOpen, DataEvent, Event, RoleHint
-from otelbpf.sources.pcap.datagrams import Datagram, Ipv4Fragments, UdpSockets
+from otelbpf.sources.pcap.datagrams import UdpSockets
 from otelbpf.sources.pcap.files import open_capture
-from otelbpf.sources.pcap.link import TH_ACK, TH_FIN, TH_RST, TH_SYN, Segment, decode_packet
+from otelbpf.sources.pcap.fragments import Ipv4Fragments
+from otelbpf.sources.pcap.link import TH_ACK, TH_FIN, TH_RST, TH_SYN, Datagram, Segment, decode_packet
+from otelbpf.sources.pcap.processes import Endpoint, SyntheticProcesses, format_ip
 from otelbpf.sources.pcap.streams import Piece, Stream
 from protocols.base import Direction
 
 Perspective = Literal["server", "client", "both"]
-Role = Literal["server", "client"]
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """The synthetic process standing for one side of the captured traffic."""
-
-    pid: int
-    role: Role
-    ip: str
-    #: The listening port for a server; None for a client (one process per
-    #: client ip, whatever ephemeral ports it used).
-    port: int | None
-    #: Readable name for the Resource, e.g. "10.0.0.2:8080", "client 10.0.0.1".
-    service_name: str
 
 
 def new_stats() -> dict[str, int]:
@@ -123,23 +109,6 @@ class _Flow:
     closed_at: int | None = None
 
 
-class _FdTable:
-    """File descriptors as a process gets them: the lowest free one, from 3."""
-
-    def __init__(self) -> None:
-        self._next = 3
-        self._free: list[int] = []
-
-    def allocate(self) -> int:
-        if self._free:
-            return heapq.heappop(self._free)
-        self._next += 1
-        return self._next - 1
-
-    def release(self, fd: int) -> None:
-        heapq.heappush(self._free, fd)
-
-
 @dataclass(slots=True)
 class _Chunk:
     """Stream bytes being gathered into one DataEvent (``capture_bytes`` mode)."""
@@ -150,10 +119,6 @@ class _Chunk:
     parts: list[bytes] = field(default_factory=list)
     size: int = 0
     missing: int = 0
-
-
-def _format_ip(raw: bytes) -> str:
-    return socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
 
 
 class PcapSource:
@@ -206,7 +171,7 @@ class _Replay:
     def __init__(self, source: PcapSource) -> None:
         self.path = source.path
         self.stats = source.stats
-        self.endpoints = source.endpoints
+        self.processes = SyntheticProcesses(source.endpoints)
         self.trace_servers = source.perspective in ("server", "both")
         self.trace_clients = source.perspective in ("client", "both")
         self.capture_bytes = source.capture_bytes
@@ -216,15 +181,10 @@ class _Replay:
         self.recently_closed: deque[tuple[int, _Flow]] = deque()  # (closed at, flow), oldest first
         self.servers: set[tuple[bytes, int]] = set()
         self.endpoint_uses: dict[tuple[bytes, int], int] = {}
-        self.pids: dict[tuple[bytes, int | None], int] = {}
-        self.fds: dict[int, _FdTable] = {}
-        self.last_conn_id = 0
         self.chunk: _Chunk | None = None
         self.out: list[Event] = []
-        self.udp = UdpSockets(self)
+        self.udp = UdpSockets(self.processes, self.out, self.stats, self.trace_servers, self.trace_clients)
         self.fragments = Ipv4Fragments(self.stats)
-
-    format_ip = staticmethod(_format_ip)
 
     def run(self) -> Iterator[Event]:
         stats, out, fragments, udp = self.stats, self.out, self.fragments, self.udp
@@ -238,6 +198,7 @@ class _Replay:
                 if packet is None:
                     continue
                 if packet.__class__ is Datagram:
+                    self.flush_chunk()  # stream bytes gathered so far go first, in time order
                     udp.on_datagram(ts, packet)
                 else:
                     self.on_segment(ts, packet)
@@ -353,45 +314,27 @@ class _Replay:
         (from server, from client) and its sides."""
         self.flush_chunk()
         family = socket.AF_INET if len(server[0]) == 4 else socket.AF_INET6
-        client_ip, server_ip = _format_ip(client[0]), _format_ip(server[0])
+        client_ip, server_ip = format_ip(client[0]), format_ip(server[0])
         from_client: list[tuple[int, int, int, Direction]] = []
         from_server: list[tuple[int, int, int, Direction]] = []
         sides: list[tuple[int, int, int]] = []
         if self.trace_clients:
-            pid = self.pid_for("client", client[0], None)
-            fd, conn_id = self.fds[pid].allocate(), self.next_conn_id()
+            pid = self.processes.pid_for("client", client[0], None)
+            fd, conn_id = self.processes.open_socket(pid)
             hint = RoleHint.CONNECTED if handshake else RoleHint.UNKNOWN
             self.out.append(ConnOpen(ts, pid, pid, fd, conn_id, family, client_ip, client[1], server_ip, server[1], hint))
             sides.append((pid, fd, conn_id))
             from_client.append((pid, fd, conn_id, Direction.EGRESS))
             from_server.append((pid, fd, conn_id, Direction.INGRESS))
         if self.trace_servers:
-            pid = self.pid_for("server", server[0], server[1])
-            fd, conn_id = self.fds[pid].allocate(), self.next_conn_id()
+            pid = self.processes.pid_for("server", server[0], server[1])
+            fd, conn_id = self.processes.open_socket(pid)
             hint = RoleHint.ACCEPTED if handshake else RoleHint.UNKNOWN
             self.out.append(ConnOpen(ts, pid, pid, fd, conn_id, family, server_ip, server[1], client_ip, client[1], hint))
             sides.append((pid, fd, conn_id))
             from_client.append((pid, fd, conn_id, Direction.INGRESS))
             from_server.insert(0, (pid, fd, conn_id, Direction.EGRESS))
         return (tuple(from_server), tuple(from_client)), sides
-
-    def pid_for(self, role: Role, ip: bytes, port: int | None) -> int:
-        key = (ip, port)
-        pid = self.pids.get(key)
-        if pid is None:
-            pid = self.pids[key] = len(self.pids) + 1
-            text = _format_ip(ip)
-            if role == "server":
-                name = f"[{text}]:{port}" if ":" in text else f"{text}:{port}"
-            else:
-                name = f"client {text}"
-            self.endpoints[pid] = Endpoint(pid, role, text, port, name)
-            self.fds[pid] = _FdTable()
-        return pid
-
-    def next_conn_id(self) -> int:
-        self.last_conn_id += 1
-        return self.last_conn_id
 
     def close(self, flow: _Flow, ts: int) -> None:
         """The connection ended (both FINs, a RST, reuse, or end of file):
@@ -404,7 +347,7 @@ class _Replay:
         self.flush_chunk()
         for pid, fd, conn_id in flow.sides:
             self.out.append(ConnClose(ts, pid, pid, fd, conn_id))
-            self.fds[pid].release(fd)
+            self.processes.close_socket(pid, fd)
         flow.closed_at = ts
         del self.open_flows[flow]
         self.recently_closed.append((ts, flow))
