@@ -35,6 +35,7 @@ import threading
 from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
+from otelbpf.host.procfs import executable_mappings
 from otelbpf.semantics.gpu import (
     CUDA_FUNCTIONS,
     CUDA_OUT_POINTER_FUNCTIONS,
@@ -44,7 +45,7 @@ from otelbpf.semantics.gpu import (
     NCCL_STACK_FUNCTIONS,
     nccl_abi,
 )
-from otelbpf.sources.uprobes import Attachment, ProbeSpec
+from otelbpf.sources.uprobes import Attachment, ProbeSpec, resolve_symbols
 
 log = logging.getLogger("otelbpf.gpu")
 
@@ -227,8 +228,6 @@ def launch_sums(source) -> dict[int, list[tuple[str, str, str, int | float]]]:
 def survey(pids) -> dict[int, dict[str, list[str]]]:
     """What `run` would probe in each of ``pids`` now: pid -> mapped file ->
     GPU functions it exports (no BPF needed: the doctor). Processes mapping none are left out."""
-    from otelbpf.sources.uprobes import executable_mappings, resolve_symbols
-
     specs = [ProbeSpec(name, library, functions, hint=hint) for name, library, hint, functions, _f, _l in CALL_PROBES]
     specs.append(LAUNCH_SPEC)
     found: dict[int, dict[str, list[str]]] = {}
