@@ -58,7 +58,7 @@
 
 #define MODE_LISTED 0 /* trace tgids in traced_tgids */
 #define MODE_ALL 1    /* trace every tgid but the agent's */
-/* Fixed at compile time (-D, otelbpf.sources.ebpf), not read from a map: the
+/* Fixed at compile time (-D, otelbpf.sources.ebpf_program), not read from a map: the
  * filter runs first in every handler, for every process on the host, so it
  * is one array load (MODE_LISTED) or one comparison (MODE_ALL). */
 #ifndef TRACE_MODE

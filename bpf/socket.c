@@ -814,7 +814,7 @@ static __always_inline int on_unix_eof(__u64 id)
  * and sk->sk_protocol at the offsets user space found in the running kernel's
  * BTF (otelbpf/sources/btf.py). */
 #if !defined(SK_FAMILY_OFF) || !defined(SK_PROTOCOL_OFF) || !defined(SK_PROTOCOL_SIZE)
-#error "SK_* offsets missing: otelbpf.sources.ebpf passes them (from /sys/kernel/btf/vmlinux)"
+#error "SK_* offsets missing: otelbpf.sources.ebpf_program plans them (from /sys/kernel/btf/vmlinux)"
 #endif
 static __always_inline void read_sock_class(__u64 sk, __u16 *family, __u16 *protocol)
 {

@@ -164,7 +164,7 @@ def test_kernel_btf_parse_is_cheap():
 
 @needs_btf
 def test_plan_uses_raw_tracepoints_and_env_forces_classic(monkeypatch):
-    from otelbpf.sources.ebpf import SOCK_TRACEPOINTS_ENV, plan_sock_capture
+    from otelbpf.sources.ebpf_program import SOCK_TRACEPOINTS_ENV, plan_sock_capture
 
     monkeypatch.delenv(SOCK_TRACEPOINTS_ENV, raising=False)
     plan = plan_sock_capture()
@@ -188,7 +188,7 @@ def _start_source(pid: int):
 @pytest.mark.ebpf
 def test_agent_attaches_raw_sock_tracepoints(monkeypatch):
     """On this machine (BTF present) the fast path is the one used."""
-    from otelbpf.sources.ebpf import SOCK_TRACEPOINTS_ENV
+    from otelbpf.sources.ebpf_program import SOCK_TRACEPOINTS_ENV
 
     monkeypatch.delenv(SOCK_TRACEPOINTS_ENV, raising=False)
     idle = subprocess.Popen(["sleep", "60"])
@@ -211,12 +211,13 @@ def test_agent_attaches_raw_sock_tracepoints(monkeypatch):
 def test_wrong_offsets_fall_back_to_classic(monkeypatch):
     """The start-up check on live sockets catches offsets that read wrong."""
     from otelbpf.sources import ebpf
+    from otelbpf.sources.ebpf_program import SockCapture, plan_sock_capture
 
-    good = ebpf.plan_sock_capture()
+    good = plan_sock_capture()
     if not good.raw:
         pytest.skip(f"no raw path here: {good.reason}")
-    wrong = ebpf.SockCapture(True, "test: wrong offsets", good.family_offset + 2, good.protocol_offset, good.protocol_size)
-    monkeypatch.setattr(ebpf, "plan_sock_capture", lambda: wrong)
+    wrong = SockCapture(True, "test: wrong offsets", good.family_offset + 2, good.protocol_offset, good.protocol_size)
+    monkeypatch.setattr(ebpf, "plan_sock_capture", lambda: wrong)  # where EbpfSource.start looks it up
     idle = subprocess.Popen(["sleep", "60"])
     source = None
     try:

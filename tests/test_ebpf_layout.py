@@ -23,7 +23,7 @@ from otelbpf.core.events import (
     RoleHint,
 )
 from otelbpf.sources import ebpf_layout as layout
-from otelbpf.sources.ebpf import BPF_DIR
+from otelbpf.sources.ebpf_program import BPF_DIR
 from protocols.base import Direction
 
 PROBE = r"""

@@ -154,7 +154,7 @@ def check_process_identity(sample: tuple[int, int] | None = None) -> Check:
 def check_bpf_sources() -> Check:
     """BCC compiles bpf/*.c at start-up: an installed (non-editable) agent
     finds them through OTELBPF_BPF_DIR (the image sets it)."""
-    from otelbpf.sources.ebpf import BPF_DIR
+    from otelbpf.sources.ebpf_program import BPF_DIR
 
     if _exists(BPF_DIR / "capture.c"):
         return Check("probe sources", OK, str(BPF_DIR))
@@ -270,7 +270,7 @@ def check_task_regs() -> Check:
     and bpf_task_pt_regs() and reading a register the way the capture does:
     the socket capture reads the syscall's fd and buffers through them. Needs
     root and BCC; skipped (info) otherwise."""
-    from otelbpf.sources.ebpf import REGS_READ_ENV, CaptureError, regs_read_choice
+    from otelbpf.sources.ebpf_program import REGS_READ_ENV, CaptureError, regs_read_choice
 
     name = "task pt_regs helpers"
     if not _is_dir(TRACEFS / "events/sock/sock_send_length"):
@@ -336,7 +336,7 @@ def check_sock_capture() -> Check:
     classic ones, which cost every socket call on the host a trace record.
     `run` also checks the offsets on live sockets at start and falls back
     to the classic ones (logged) if they read wrong."""
-    from otelbpf.sources.ebpf import SOCK_TRACEPOINTS_ENV, plan_sock_capture
+    from otelbpf.sources.ebpf_program import SOCK_TRACEPOINTS_ENV, plan_sock_capture
 
     plan = plan_sock_capture()
     if plan.raw:
