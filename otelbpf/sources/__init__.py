@@ -1,1 +1,1 @@
-"""Event sources: each yields otelbpf.events objects (eBPF, pcap, recorded)."""
+"""Event sources: each yields otelbpf.core.events objects (eBPF, pcap, recorded)."""
