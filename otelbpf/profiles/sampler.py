@@ -119,6 +119,12 @@ class ProfileConfig:
             f"-DGPU_LAUNCH_EVERY={self.gpu_launch_every}",
         ]
 
+    def start(self, bpf, clock_offset_ns: int) -> "ProfileSampler":
+        """The sampler, attached to the loaded capture program (sources.ebpf_program.SampledProbes)."""
+        sampler = ProfileSampler(bpf, self, clock_offset_ns)
+        sampler.attach()
+        return sampler
+
 
 def _possible_cpus() -> int:
     """CPUs the kernel may bring up (the scratch slots are indexed by CPU id)."""

@@ -34,7 +34,6 @@ import time
 from otelbpf.core.events import ConnClose, ConnOpen, DatagramEvent, Event, ProcessStart, RoleHint, Source
 from otelbpf.host import procfs
 from otelbpf.host.exclusions import comm_matches, comm_prefix
-from otelbpf.profiles.sampler import ProfileSampler
 from otelbpf.sources.early_tuples import EarlyTuples
 from otelbpf.sources.ebpf_layout import (
     STAT_CALL_DEPTH,
@@ -137,7 +136,7 @@ class EbpfSource:
         #: how the probes read the syscall registers: "load" or "probe" (OTELBPF_REGS_READ)
         self.regs_read = ""
         #: stack samples for profiles (None: profiles off, or not started)
-        self.profiles: ProfileSampler | None = None
+        self.profiles = None  # otelbpf.profiles.sampler.ProfileSampler, started by config.profiles
         #: capture_whole marks connections (CaptureConfig.whole_capture, OTELBPF_WHOLE_CAPTURE)
         self.whole_capture = whole_capture_wanted(config)
 
@@ -153,7 +152,7 @@ class EbpfSource:
                 "--system-site-packages (scripts/install.sh does both)"
             ) from exc
         cflags = compile_flags(self.config)
-        unsupported = self.config.profiles.describe_unsupported()
+        unsupported = self.config.profiles.describe_unsupported() if self.config.profiles is not None else None
         if unsupported:
             log.warning("%s", unsupported)
         regs_read_choice()  # a wrong OTELBPF_REGS_READ stops here, named
@@ -204,9 +203,8 @@ class EbpfSource:
         except Exception as exc:  # noqa: BLE001 - BCC's per-record callback still works
             log.warning("ring buffer: cannot map it (%s): using BCC's per-record callback", exc)
             self._callback = self._bpf["events"].open_ring_buffer(self._on_record)
-        if self.config.profiles.enabled:
-            self.profiles = ProfileSampler(self._bpf, self.config.profiles, self.decoder.clock_offset_ns)
-            self.profiles.attach()
+        if self.config.profiles is not None and self.config.profiles.enabled:
+            self.profiles = self.config.profiles.start(self._bpf, self.decoder.clock_offset_ns)
         self.probe_count = self._bpf.num_open_tracepoints() + len(self._bpf.raw_tracepoint_fds)
         specs = []
         if self.config.python_tasks:

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
-from otelbpf.profiles.sampler import ProfileConfig
 from otelbpf.sources import btf
 
 BPF_DIR = Path(os.environ.get("OTELBPF_BPF_DIR") or Path(__file__).resolve().parents[2] / "bpf")
@@ -39,6 +39,28 @@ MODE_ALL = 1
 
 class CaptureError(RuntimeError):
     """The probes could not be compiled or attached; the message says why."""
+
+
+class SampledProbes(Protocol):
+    """Probes compiled into the capture program that fill a ring of their own: the
+    profiles' stack sampler (``otelbpf.profiles.sampler.ProfileConfig``). The source
+    compiles them in with their flags, starts them once the program is loaded, and
+    drains their ring beside its own; the layer that reads the samples supplies them,
+    so sources import nothing of it."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    def validate(self) -> None: ...
+
+    def describe_unsupported(self) -> str | None: ...
+
+    def cflags(self) -> list[str]: ...
+
+    def start(self, bpf, clock_offset_ns: int):
+        """Attach to the loaded program; the running sampler (``watch``, ``forget``,
+        ``rescan``, ``drain``, ``ring_fd``, ``unread_limit_s``, ``close``)."""
+        ...
 
 
 @dataclass
@@ -73,8 +95,9 @@ class CaptureConfig:
     #: patterns (NAME or NAME*) and pids (with their children).
     exclude_comms: list[str] = field(default_factory=list)
     exclude_pids: list[int] = field(default_factory=list)
-    #: Stack samples for profiles (bpf/profile.c, otelbpf/profiles); hz 0 turns them off.
-    profiles: ProfileConfig = field(default_factory=lambda: ProfileConfig(hz=0))
+    #: Stack samples for profiles (bpf/profile.c: otelbpf.profiles.sampler.ProfileConfig);
+    #: None, or hz 0: none taken.
+    profiles: "SampledProbes | None" = None
 
     def validate(self) -> None:
         if not (self.pids or self.comms or self.trace_all):
@@ -91,7 +114,8 @@ class CaptureConfig:
         for pid in self.pids:
             if pid <= 0:
                 raise ValueError(f"--pid {pid}: not a process id")
-        self.profiles.validate()
+        if self.profiles is not None:
+            self.profiles.validate()
 
 
 def program_text(path: Path | None = None, _seen: set[Path] | None = None) -> str:
@@ -140,7 +164,7 @@ def compile_flags(config: CaptureConfig) -> list[str]:
         f"-DAGENT_TGID={os.getpid()}",
         f"-DEXCLUDES={int(bool(config.exclude_comms or config.exclude_pids))}",
         "-Wno-macro-redefined",
-    ] + config.profiles.cflags()
+    ] + (config.profiles.cflags() if config.profiles is not None else [])
 
 
 def pid_max() -> int:
