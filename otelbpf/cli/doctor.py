@@ -7,7 +7,10 @@ missing piece is reported once, clearly, instead of as a BCC traceback.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import importlib.util
+import io
 import os
 import platform
 import subprocess
@@ -15,8 +18,20 @@ import sys
 import threading
 from pathlib import Path
 
+from otelbpf.host import procfs
 from otelbpf.host.checks import FAIL, INFO, OK, WARN, Check, effective_capabilities
 from otelbpf.profiles import doctor as profiles_doctor
+from otelbpf.sources.ebpf_layout import regs_cflags
+from otelbpf.sources.ebpf_program import (
+    BPF_DIR,
+    REGS_READ_ENV,
+    SOCK_TRACEPOINTS_ENV,
+    CaptureError,
+    plan_sock_capture,
+    regs_read_choice,
+)
+from otelbpf.sources.tls import NOT_COVERED, REQUIRED, TLS_FUNCTIONS, flavour, system_libssl_paths
+from otelbpf.sources.uprobes import resolve_symbols
 
 TRACEFS = Path("/sys/kernel/tracing")
 
@@ -154,7 +169,6 @@ def check_process_identity(sample: tuple[int, int] | None = None) -> Check:
 def check_bpf_sources() -> Check:
     """BCC compiles bpf/*.c at start-up: an installed (non-editable) agent
     finds them through OTELBPF_BPF_DIR (the image sets it)."""
-    from otelbpf.sources.ebpf_program import BPF_DIR
 
     if _exists(BPF_DIR / "capture.c"):
         return Check("probe sources", OK, str(BPF_DIR))
@@ -247,12 +261,7 @@ TRACEPOINT_PROBE(sock, sock_send_length)
 
 def _load_task_regs_probe(probe_read: bool) -> str | None:
     """Load TASK_REGS_PROBE; None when it loads, else the error's first line."""
-    import contextlib
-    import io
-
-    from bcc import BPF
-
-    from otelbpf.sources.ebpf_layout import regs_cflags
+    from bcc import BPF  # here: bcc may be absent (check_bcc says so), and it loads LLVM
 
     cflags = regs_cflags(platform.machine()) + [f"-DREGS_PROBE_READ={int(probe_read)}"]
     try:
@@ -270,7 +279,6 @@ def check_task_regs() -> Check:
     and bpf_task_pt_regs() and reading a register the way the capture does:
     the socket capture reads the syscall's fd and buffers through them. Needs
     root and BCC; skipped (info) otherwise."""
-    from otelbpf.sources.ebpf_program import REGS_READ_ENV, CaptureError, regs_read_choice
 
     name = "task pt_regs helpers"
     if not _is_dir(TRACEFS / "events/sock/sock_send_length"):
@@ -336,7 +344,6 @@ def check_sock_capture() -> Check:
     classic ones, which cost every socket call on the host a trace record.
     `run` also checks the offsets on live sockets at start and falls back
     to the classic ones (logged) if they read wrong."""
-    from otelbpf.sources.ebpf_program import SOCK_TRACEPOINTS_ENV, plan_sock_capture
 
     plan = plan_sock_capture()
     if plan.raw:
@@ -362,8 +369,6 @@ def check_tls() -> list[Check]:
     """Which TLS libraries `run` can take plaintext from (the host's libssl,
     probed once for every process; other copies are found per process), and
     which it cannot yet."""
-    from otelbpf.sources.tls import NOT_COVERED, REQUIRED, TLS_FUNCTIONS, flavour, system_libssl_paths
-    from otelbpf.sources.uprobes import resolve_symbols
 
     checks = []
     for path in system_libssl_paths():
@@ -386,8 +391,7 @@ def check_gpu(pids=None) -> list[Check]:
     """Which running processes map CUDA runtime/driver or NCCL libraries `run`
     would probe, per process and file (docs/gpu.md). Informational: a process
     that loads them later is found by `run` when it does."""
-    from otelbpf.host import procfs
-    from otelbpf.sources.gpu import LAUNCH_FUNCTIONS, survey
+    from otelbpf.sources.gpu import LAUNCH_FUNCTIONS, survey  # here: it loads the GPU span semantics (~35 ms)
 
     found = survey(procfs.all_pids() if pids is None else pids)
     if not found:
@@ -405,7 +409,6 @@ def check_gpu(pids=None) -> list[Check]:
 
 def _grpcio_boringssl() -> str:
     """Where grpcio's BoringSSL is, if grpcio is installed for this interpreter (it is not probed)."""
-    import importlib.util
 
     try:
         spec = importlib.util.find_spec("grpc")
