@@ -13,7 +13,7 @@ from test_pipeline import IN, OUT, accepted, data, make_pipeline
 
 from otelbpf.core.events import CallEvent, ProcessStart
 from otelbpf.core.model import StatusCode
-from otelbpf.semantics import gpu
+from otelbpf.semantics import gpu, gpu_functions
 from otelbpf.sources import gpu as gpu_probes
 from otelbpf.sources.libraries import is_candidate
 from otelbpf.sources.uprobes import ProbeSpec, resolve_symbols
@@ -401,12 +401,12 @@ def test_ncclcomminitrank_arguments_on_x86_64_and_arm64():
     x86 = (0x7FF0, 4, 3, 0xC0F, *id_words)  # rdi comm*, esi nranks, edx rank, rcx (config), stack id
     arm = (0x7FF0, 4, 0x7FFE_1000, 3, *id_words)  # x0 comm*, x1 nranks, x2 &id, x3 rank
     expected = (4, 3, bytes(range(16)).hex())
-    assert gpu.decode_comm_init(x86, "x86_64") == expected
-    assert gpu.decode_comm_init(arm, "aarch64") == expected
-    assert gpu.decode_comm_init(arm, "x86_64")[1] != 3  # the other machine's layout reads garbage
+    assert gpu_functions.decode_comm_init(x86, "x86_64") == expected
+    assert gpu_functions.decode_comm_init(arm, "aarch64") == expected
+    assert gpu_functions.decode_comm_init(arm, "x86_64")[1] != 3  # the other machine's layout reads garbage
     assert gpu_probes.nccl_id_flag("x86_64") == gpu_probes.CALL_READS_STACK_ARG
     assert gpu_probes.nccl_id_flag("aarch64") == gpu_probes.CALL_READS_ARG2_POINTEE
-    assert gpu_probes.nccl_id_flag("riscv64") == 0 and gpu.decode_comm_init(x86, "riscv64")[2] == ""
+    assert gpu_probes.nccl_id_flag("riscv64") == 0 and gpu_functions.decode_comm_init(x86, "riscv64")[2] == ""
 
 
 def test_the_arm64_id_flag_matches_the_bpf_source():

@@ -41,6 +41,7 @@ from otelbpf import semconv as sc
 from otelbpf.profiles.model import FRAME_MARKER, Frame, Sample
 from otelbpf.profiles.records import PROFILE_GPU_LAUNCH, StackSampleEvent
 from otelbpf.profiles.types import GPU_ALLOC, GPU_COPY, GPU_INUSE, GPU_LAUNCH, GPU_PINNED, GPU_PINNED_ALLOC, GPU_WAIT
+from otelbpf.semantics.gpu_functions import CUDA_COPIES, NCCL_STACK_FUNCTIONS
 
 log = logging.getLogger("otelbpf.profiles")
 
@@ -298,13 +299,4 @@ class GpuProfiles:
 
 
 def _takes_stack(name: str) -> bool:
-    return name in ALLOCS or name in PINS or name in SYNCS or name in _COPY_NAMES or name in _NCCL_STACKED
-
-
-def _stacked_sets():
-    from otelbpf.semantics.gpu import _COPIES, NCCL_STACK_FUNCTIONS
-
-    return frozenset(_COPIES), NCCL_STACK_FUNCTIONS
-
-
-_COPY_NAMES, _NCCL_STACKED = _stacked_sets()
+    return name in ALLOCS or name in PINS or name in SYNCS or name in CUDA_COPIES or name in NCCL_STACK_FUNCTIONS

@@ -8,9 +8,8 @@ its identity (``Linker.start_call``: an INTERNAL child of the request the
 thread serves, or a root when it serves none) and :class:`CudaCalls` /
 :class:`NcclCalls` build the span: named by the API function
 (``cudaMemcpy``, ``cuMemcpyHtoDAsync_v2``, ``ncclAllReduce``), arguments
-decoded from the argument registers (x86-64 / arm64 calling convention: the
-first six integer arguments; a struct passed by value on the stack, like
-``ncclUniqueId``, takes no register).
+decoded from the argument registers (which argument is where, per function:
+otelbpf/semantics/gpu_functions.py).
 
 Kernel launches are not calls here: bpf/gpu.c counts them per thread and the
 thread's next timeline call carries the count (``CallEvent.launches``, with
@@ -47,8 +46,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
-import platform
 import re
 import statistics
 from collections import OrderedDict, deque
@@ -58,51 +55,26 @@ from otelbpf import semconv as sc
 from otelbpf.core.events import CallEvent
 from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import AttributeValue, SpanRecord, StatusCode
+from otelbpf.semantics.gpu_functions import (
+    CUDA_COPIES,
+    CUDA_DEVICE_ALLOCS,
+    CUDA_DEVICE_FREES,
+    CUDA_HOST_ALLOCS,
+    CUDA_HOST_FREES,
+    CUDA_HOST_REGISTERS,
+    CUDA_SYNCS,
+    MEMCPY_KINDS,
+    NCCL_COLLECTIVES,
+    NCCL_COMM_INITS,
+    NCCL_DATATYPES,
+    NCCL_REDUCE_OPS,
+    as_c_int,
+    decode_comm_init,
+)
 from otelbpf.semantics.gpu_steps import EngineSteps
 from otelbpf.semantics.nccl_lateness import HOLD_TIMEOUT_NS, CollectiveHold, Entry
 
-#: cudaMemcpyKind / the direction a driver copy function names.
-MEMCPY_KINDS = {0: "host_to_host", 1: "host_to_device", 2: "device_to_host", 3: "device_to_device", 4: "default"}
-
-#: ncclDataType_t -> (name, bytes per element) (nccl.h).
-NCCL_DATATYPES = {
-    0: ("int8", 1), 1: ("uint8", 1), 2: ("int32", 4), 3: ("uint32", 4), 4: ("int64", 8), 5: ("uint64", 8),
-    6: ("float16", 2), 7: ("float32", 4), 8: ("float64", 8), 9: ("bfloat16", 2), 10: ("float8e4m3", 1),
-    11: ("float8e5m2", 1),
-}
-#: ncclRedOp_t built-in reductions.
-NCCL_REDUCE_OPS = {0: "sum", 1: "prod", 2: "max", 3: "min", 4: "avg"}
-
 log = logging.getLogger("otelbpf")
-
-#: Where ncclCommInitRank(comm*, nranks, ncclUniqueId id, rank)'s rank is, per machine: the
-#: 128-byte id takes no register on x86-64 (System V: copied onto the stack, so the rank is the
-#: third integer argument register, rdx) but one on arm64 (AAPCS64: a composite over 16 bytes
-#: is passed by reference to a caller's copy: x2 holds the pointer, the rank is in x3). Either
-#: way the probe puts the id's first 16 bytes in args[4..5] (otelbpf/sources/gpu.py NCCL_ID_FLAGS).
-NCCL_RANK_REGISTERS = {"x86_64": 2, "aarch64": 3}
-
-
-def nccl_abi() -> str:
-    """The machine whose calling convention ncclCommInitRank is decoded by: this one, or
-    OTELBPF_NCCL_ID_ABI (tests: ``aarch64`` on x86-64 against the stand-in NCCL built to take the
-    id by reference, whose registers then hold what an arm64 caller's would)."""
-    return os.environ.get("OTELBPF_NCCL_ID_ABI") or platform.machine()
-
-
-_NCCL_ABI = nccl_abi()
-
-
-def decode_comm_init(args: tuple[int, ...], machine: str | None = None) -> tuple[int, int, str]:
-    """(nranks, rank, unique id hex or "") of an ncclCommInitRank(Config) call's argument words
-    as the probe read them on ``machine`` (default: this one)."""
-    machine = machine or _NCCL_ABI
-    args = tuple(args) + (0,) * (6 - len(args))
-    rank = _int32(args[NCCL_RANK_REGISTERS.get(machine, 2)])
-    unique_id = ""
-    if machine in NCCL_RANK_REGISTERS:
-        unique_id = (args[4].to_bytes(8, "little") + args[5].to_bytes(8, "little")).hex()
-    return _int32(args[1]), rank, unique_id
 
 #: Parent spans whose launches are remembered at once (the oldest is dropped beyond).
 MAX_LEDGER = 65536
@@ -120,12 +92,6 @@ def parse_duration_ns(text: str) -> int:
     if match is None:
         raise ValueError(f"{text!r} is not a duration such as 50us, 1ms or 0")
     return round(float(match.group(1)) * _UNIT_NS[match.group(2)])
-
-
-def _int32(value: int) -> int:
-    """A C ``int`` from a 64-bit register."""
-    value &= 0xFFFFFFFF
-    return value - (1 << 32) if value & 0x80000000 else value
 
 
 @dataclass
@@ -335,47 +301,6 @@ def _finish(start: SpanStart, call: CallEvent, scope: str, attrs: dict[str, Attr
 
 # -- CUDA -------------------------------------------------------------------------------------
 
-#: function -> (index of dst, index of src, index of byte count, kind or index of kind arg as ("arg", i), stream index or None)
-_COPIES: dict[str, tuple[int, int, int, object, int | None]] = {
-    "cudaMemcpy": (0, 1, 2, ("arg", 3), None),
-    "cudaMemcpyAsync": (0, 1, 2, ("arg", 3), 4),
-    "cuMemcpy": (0, 1, 2, 4, None),
-    "cuMemcpyAsync": (0, 1, 2, 4, 3),
-    "cuMemcpyHtoD_v2": (0, 1, 2, 1, None),
-    "cuMemcpyDtoH_v2": (0, 1, 2, 2, None),
-    "cuMemcpyDtoD_v2": (0, 1, 2, 3, None),
-    "cuMemcpyHtoDAsync_v2": (0, 1, 2, 1, 3),
-    "cuMemcpyDtoHAsync_v2": (0, 1, 2, 2, 3),
-    "cuMemcpyDtoDAsync_v2": (0, 1, 2, 3, 3),
-}
-#: allocations: function -> (size index, stream index or None); the address is the out-pointer (CallEvent.out0)
-_DEVICE_ALLOCS = {"cudaMalloc": (1, None), "cudaMallocAsync": (1, 2), "cuMemAlloc_v2": (1, None),
-                  "cuMemAllocAsync": (1, 2), "cuMemCreate": (1, None), "cudaMallocManaged": (1, None),
-                  "cuMemAllocManaged": (1, None)}
-#: frees: function -> stream index or None; the address (or handle) is the first argument
-_DEVICE_FREES = {"cudaFree": None, "cudaFreeAsync": 1, "cuMemFree_v2": None, "cuMemFreeAsync": 1, "cuMemRelease": None}
-#: pinning with an out-pointer: function -> size index
-_HOST_ALLOCS = {"cudaHostAlloc": 1, "cudaMallocHost": 1, "cuMemHostAlloc": 1, "cuMemAllocHost_v2": 1}
-#: pinning existing memory: function -> (address index, size index)
-_HOST_REGISTERS = {"cudaHostRegister": (0, 1), "cuMemHostRegister_v2": (0, 1)}
-_HOST_FREES = {"cudaFreeHost", "cuMemFreeHost", "cudaHostUnregister", "cuMemHostUnregister"}
-#: synchronisations: function -> stream index or None
-_SYNCS = {"cudaDeviceSynchronize": None, "cudaStreamSynchronize": 0, "cudaEventSynchronize": None,
-          "cuCtxSynchronize": None, "cuStreamSynchronize": 0, "cuEventSynchronize": None}
-
-#: Every CUDA function the spans know (otelbpf/sources/gpu.py probes these).
-CUDA_FUNCTIONS = tuple(_COPIES) + tuple(_DEVICE_ALLOCS) + tuple(_DEVICE_FREES) + tuple(_HOST_ALLOCS) + tuple(
-    _HOST_REGISTERS
-) + tuple(sorted(_HOST_FREES)) + tuple(_SYNCS) + ("cuMemMap", "cuMemUnmap")
-#: Those whose first argument is an out-pointer to read at return.
-CUDA_OUT_POINTER_FUNCTIONS = tuple(_DEVICE_ALLOCS) + tuple(_HOST_ALLOCS)
-#: GPU profiles (otelbpf/profiles/gpu.py): the calls that take a stack at entry (bpf/calls.c
-#: CALL_STACK): allocations, pinning, copies, synchronisations. Frees and mappings take none
-#: (they are matched to their allocation by address or handle).
-CUDA_STACK_FUNCTIONS = frozenset(_DEVICE_ALLOCS) | frozenset(_HOST_ALLOCS) | frozenset(_HOST_REGISTERS) | frozenset(
-    _COPIES
-) | frozenset(_SYNCS)
-
 
 class CudaCalls:
     """CUDA runtime and driver calls (``CallEvent.library == "cuda"``) as spans."""
@@ -390,7 +315,7 @@ class CudaCalls:
         self.state.book_launches(start, call)
         attrs: dict[str, AttributeValue] = {}
         args = call.args + (0,) * (6 - len(call.args))
-        code = _int32(call.ret)
+        code = as_c_int(call.ret)
         ok = code == 0
         self._describe(call, args, ok, attrs)
         if not ok:
@@ -406,8 +331,8 @@ class CudaCalls:
     def _describe(self, call: CallEvent, args: tuple[int, ...], ok: bool, attrs: dict[str, AttributeValue]) -> None:
         name = call.function
         memory = self.state.memory(call.pid)
-        if name in _COPIES:
-            dst_i, src_i, count_i, kind, stream_i = _COPIES[name]
+        if name in CUDA_COPIES:
+            dst_i, src_i, count_i, kind, stream_i = CUDA_COPIES[name]
             kind_code = args[kind[1]] if isinstance(kind, tuple) else kind
             kind_name = MEMCPY_KINDS.get(kind_code, "unknown")
             attrs[sc.OTELBPF_GPU_MEMCPY_KIND] = kind_name
@@ -417,62 +342,45 @@ class CudaCalls:
                 attrs[sc.OTELBPF_GPU_MEMCPY_PAGEABLE] = not memory.is_pinned(host)
             if stream_i is not None:
                 attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
-        elif name in _DEVICE_ALLOCS:
-            size_i, stream_i = _DEVICE_ALLOCS[name]
+        elif name in CUDA_DEVICE_ALLOCS:
+            size_i, stream_i = CUDA_DEVICE_ALLOCS[name]
             attrs[sc.OTELBPF_GPU_MEMORY_BYTES] = args[size_i]
             if ok and call.out0:
                 attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = call.out0
                 memory.allocate(call.out0, args[size_i])
             if stream_i is not None:
                 attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
-        elif name in _DEVICE_FREES:
+        elif name in CUDA_DEVICE_FREES:
             attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = args[0]
             size = memory.release(args[0]) if ok else None
             if size is not None:
                 attrs[sc.OTELBPF_GPU_MEMORY_BYTES] = size
-            stream_i = _DEVICE_FREES[name]
+            stream_i = CUDA_DEVICE_FREES[name]
             if stream_i is not None:
                 attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
-        elif name in _HOST_ALLOCS:
-            size = args[_HOST_ALLOCS[name]]
+        elif name in CUDA_HOST_ALLOCS:
+            size = args[CUDA_HOST_ALLOCS[name]]
             attrs[sc.OTELBPF_GPU_MEMORY_BYTES] = size
             if ok and call.out0:
                 attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = call.out0
                 memory.pin(call.out0, size)
-        elif name in _HOST_REGISTERS:
-            addr_i, size_i = _HOST_REGISTERS[name]
+        elif name in CUDA_HOST_REGISTERS:
+            addr_i, size_i = CUDA_HOST_REGISTERS[name]
             attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = args[addr_i]
             attrs[sc.OTELBPF_GPU_MEMORY_BYTES] = args[size_i]
             if ok:
                 memory.pin(args[addr_i], args[size_i])
-        elif name in _HOST_FREES:
+        elif name in CUDA_HOST_FREES:
             attrs[sc.OTELBPF_GPU_MEMORY_ADDRESS] = args[0]
             if ok:
                 memory.unpin(args[0])
-        elif name in _SYNCS:
-            stream_i = _SYNCS[name]
+        elif name in CUDA_SYNCS:
+            stream_i = CUDA_SYNCS[name]
             if stream_i is not None:
                 attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
 
 
 # -- NCCL -------------------------------------------------------------------------------------
-
-#: collective -> (count index, datatype index, reduce-op index, root/peer (attribute, index), communicator index)
-_COLLECTIVES: dict[str, tuple[int, int, int | None, tuple[str, int] | None, int | None]] = {
-    "ncclAllReduce": (2, 3, 4, None, 5),
-    "ncclAllGather": (2, 3, None, None, 4),
-    "ncclReduceScatter": (2, 3, 4, None, 5),
-    "ncclBroadcast": (2, 3, None, (sc.OTELBPF_NCCL_ROOT, 4), 5),
-    "ncclReduce": (2, 3, 4, (sc.OTELBPF_NCCL_ROOT, 5), None),  # comm is the 7th argument: on the stack
-    "ncclSend": (1, 2, None, (sc.OTELBPF_NCCL_PEER, 3), 4),
-    "ncclRecv": (1, 2, None, (sc.OTELBPF_NCCL_PEER, 3), 4),
-}
-#: communicator set-up: (comm**, int nranks, ncclUniqueId by value (128 bytes: on the stack), int rank, ...)
-_COMM_INITS = ("ncclCommInitRank", "ncclCommInitRankConfig")
-NCCL_FUNCTIONS = tuple(_COLLECTIVES) + _COMM_INITS + ("ncclCommDestroy",)
-NCCL_OUT_POINTER_FUNCTIONS = _COMM_INITS
-#: GPU profiles: the collectives take a stack at entry (time inside them: the wait profile).
-NCCL_STACK_FUNCTIONS = frozenset(_COLLECTIVES)
 
 
 class NcclCalls:
@@ -489,19 +397,19 @@ class NcclCalls:
         args = call.args + (0,) * (6 - len(call.args))
         attrs: dict[str, AttributeValue] = {}
         name = call.function
-        if name in _COLLECTIVES:
-            count_i, type_i, op_i, other, comm_i = _COLLECTIVES[name]
+        if name in NCCL_COLLECTIVES:
+            count_i, type_i, op_i, other, comm_i = NCCL_COLLECTIVES[name]
             attrs[sc.OTELBPF_NCCL_OPERATION] = name[4:]
             count = args[count_i]
             attrs[sc.OTELBPF_NCCL_COUNT] = count
-            datatype = NCCL_DATATYPES.get(_int32(args[type_i]))
+            datatype = NCCL_DATATYPES.get(as_c_int(args[type_i]))
             if datatype is not None:
                 attrs[sc.OTELBPF_NCCL_DATATYPE] = datatype[0]
                 attrs[sc.OTELBPF_NCCL_BYTES] = count * datatype[1]
             if op_i is not None:
-                attrs[sc.OTELBPF_NCCL_REDUCE_OP] = NCCL_REDUCE_OPS.get(_int32(args[op_i]), "custom")
+                attrs[sc.OTELBPF_NCCL_REDUCE_OP] = NCCL_REDUCE_OPS.get(as_c_int(args[op_i]), "custom")
             if other is not None:
-                attrs[other[0]] = _int32(args[other[1]])
+                attrs[other[0]] = as_c_int(args[other[1]])
             if comm_i is not None:
                 attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[comm_i]:x}"
                 entry = self.state.stragglers.enter(call.pid, args[comm_i], name[4:], call.ts_ns)
@@ -510,7 +418,7 @@ class NcclCalls:
                     attrs[sc.OTELBPF_NCCL_RANK] = entry.rank
                     if self.state.stragglers.may_all_be_here(entry):
                         _bounded_put(self.state.entries, start.span_id, entry)  # held until its collective is whole
-        elif name in _COMM_INITS:
+        elif name in NCCL_COMM_INITS:
             nranks, rank, unique_id = decode_comm_init(args)
             attrs[sc.OTELBPF_NCCL_NRANKS] = nranks
             attrs[sc.OTELBPF_NCCL_RANK] = rank
@@ -518,12 +426,12 @@ class NcclCalls:
                 attrs[sc.OTELBPF_NCCL_UNIQUE_ID] = unique_id
             if call.out0:
                 attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{call.out0:x}"
-                if unique_id and _int32(call.ret) == 0:
+                if unique_id and as_c_int(call.ret) == 0:
                     self.state.stragglers.joined(call.pid, call.out0, unique_id, rank, nranks, call.ts_ns)
         elif name == "ncclCommDestroy":
             attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[0]:x}"
             self.state.stragglers.left(call.pid, args[0])
-        result = _int32(call.ret)
+        result = as_c_int(call.ret)
         if result:
             attrs[sc.OTELBPF_NCCL_RESULT] = result
             attrs[sc.ERROR_TYPE] = str(result)

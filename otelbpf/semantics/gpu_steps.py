@@ -49,12 +49,10 @@ from otelbpf.core.events import CallEvent
 from otelbpf.core.identity import SpanStart, TraceGroup
 from otelbpf.core.model import SpanKind, SpanLink, SpanRecord, new_span_id, new_trace_id
 from otelbpf.host.procfs import parent_of
+from otelbpf.semantics.gpu_functions import CUDA_SYNCS
 
-#: Functions that end a step when they return: the engine waits for its batch there.
-SYNC_FUNCTIONS = frozenset({
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-    "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
-})
+#: Functions that end a step when they return (the synchronisations): the engine waits for its batch there.
+SYNC_FUNCTIONS = frozenset(CUDA_SYNCS)
 #: A step is built once the pipeline's clock is this far past its end (reordering window + margin).
 FINALIZE_GRACE_NS = 20_000_000
 #: Ended requests remembered per process for steps still open (the oldest go first), and

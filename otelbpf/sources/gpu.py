@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
 from otelbpf.host.procfs import executable_mappings
-from otelbpf.semantics.gpu import (
+from otelbpf.semantics.gpu_functions import (
     CUDA_FUNCTIONS,
     CUDA_OUT_POINTER_FUNCTIONS,
     CUDA_STACK_FUNCTIONS,
@@ -64,7 +64,7 @@ STACK_FUNCTIONS = CUDA_STACK_FUNCTIONS | NCCL_STACK_FUNCTIONS
 #: x86-64 (System V): a struct over 16 bytes is copied onto the stack (read at sp + 8 at entry);
 #: arm64 (AAPCS64): a composite over 16 bytes is passed by reference to a caller's copy, the
 #: pointer taking the argument's register (x2). The rank register follows
-#: (otelbpf.semantics.gpu.NCCL_RANK_REGISTERS).
+#: (otelbpf.semantics.gpu_functions.NCCL_RANK_REGISTERS).
 NCCL_ID_FLAGS = {"x86_64": CALL_READS_STACK_ARG, "aarch64": CALL_READS_ARG2_POINTEE}
 
 
