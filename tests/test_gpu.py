@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_pipeline import IN, OUT, accepted, data, make_pipeline
 
+from otelbpf.cli.durations import parse_duration_ns
 from otelbpf.core.events import CallEvent, ProcessStart
 from otelbpf.core.model import StatusCode
 from otelbpf.semantics import gpu, gpu_functions
@@ -274,12 +275,12 @@ def test_short_successful_cuda_calls_are_folded_per_function_and_still_measured(
 
 
 def test_durations_parse_with_units_and_bare_microseconds():
-    assert [gpu.parse_duration_ns(t) for t in ("50us", "1ms", "0", "2.5ms", "250ns", "1s", "7")] == [
+    assert [parse_duration_ns(t) for t in ("50us", "1ms", "0", "2.5ms", "250ns", "1s", "7")] == [
         50_000, 1_000_000, 0, 2_500_000, 250, 1_000_000_000, 7_000,
     ]
     for bad in ("", "fast", "-1ms", "5 parsecs"):
         with pytest.raises(ValueError):
-            gpu.parse_duration_ns(bad)
+            parse_duration_ns(bad)
 
 
 def entry(rank, seq=1, ts=0, nranks=3):

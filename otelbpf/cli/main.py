@@ -17,6 +17,7 @@ import time
 from otelbpf import __version__
 from otelbpf.cli import doctor, firstrun, outputs
 from otelbpf.cli.demo import run_demo
+from otelbpf.cli.durations import parse_duration_ns
 from otelbpf.runtime import gctune
 from otelbpf.otlp import OTLP_TRANSPORTS
 from otelbpf.profiles.sampler import DEFAULT_HZ as DEFAULT_PROFILE_HZ, MAX_HZ as MAX_PROFILE_HZ
@@ -64,8 +65,6 @@ def _positive_float(text: str) -> float:
 
 
 def _duration_ns(text: str) -> int:
-    from otelbpf.semantics.gpu import parse_duration_ns
-
     try:
         return parse_duration_ns(text)
     except ValueError as exc:

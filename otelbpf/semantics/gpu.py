@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import re
 import statistics
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -82,16 +81,6 @@ MAX_LEDGER = 65536
 MAX_DEFERRED = 65536
 #: Pinned ranges and live allocations remembered per process.
 MAX_RANGES = 65536
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d*)?)\s*(ns|us|µs|ms|s)?\s*$")
-_UNIT_NS = {"ns": 1, "us": 1_000, "µs": 1_000, "ms": 1_000_000, "s": 1_000_000_000, None: 1_000}
-
-
-def parse_duration_ns(text: str) -> int:
-    """``50us``, ``1ms``, ``0`` (a bare number is microseconds) -> nanoseconds; ValueError otherwise."""
-    match = _DURATION.match(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a duration such as 50us, 1ms or 0")
-    return round(float(match.group(1)) * _UNIT_NS[match.group(2)])
 
 
 @dataclass
