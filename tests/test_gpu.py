@@ -14,7 +14,7 @@ from test_pipeline import IN, OUT, accepted, data, make_pipeline
 from otelbpf.cli.durations import parse_duration_ns
 from otelbpf.core.events import CallEvent, ProcessStart
 from otelbpf.core.model import StatusCode
-from otelbpf.semantics import gpu, gpu_functions
+from otelbpf.semantics import gpu, gpu_functions, nccl_lateness
 from otelbpf.sources import gpu as gpu_probes
 from otelbpf.sources.libraries import is_candidate
 from otelbpf.sources.uprobes import ProbeSpec, resolve_symbols
@@ -157,7 +157,7 @@ def test_doctor_says_what_each_process_would_have_probed(standin, services):
 
 
 def straggler_run(late_rank: int, late_ns: int, collectives: int = 30, nranks: int = 4) -> list[str]:
-    detector = gpu.StragglerDetector()
+    detector = nccl_lateness.StragglerDetector()
     for rank in range(nranks):
         detector.joined(100 + rank, 0xC0 + rank, "ab" * 16, rank, nranks)
     lines = []
@@ -183,7 +183,7 @@ def test_no_rank_is_named_when_none_is_late_or_lateness_is_noise():
 
 
 def test_collectives_of_unknown_communicators_are_ignored():
-    detector = gpu.StragglerDetector()
+    detector = nccl_lateness.StragglerDetector()
     assert detector.entered(1, 0xDEAD, "AllReduce", 5) is None and not detector.open
 
 
@@ -337,7 +337,7 @@ def test_an_agent_stalled_between_the_ranks_spans_still_matches_the_collective()
         return SpanRecord(bytes(16), n.to_bytes(8, "big"), "ncclAllReduce", SpanKind.INTERNAL, end_ns - 5, end_ns, 1)
 
     counters = Counters()
-    hold = CollectiveHold(counters, timeout_ns=gpu.HOLD_TIMEOUT_NS)
+    hold = CollectiveHold(counters, timeout_ns=nccl_lateness.HOLD_TIMEOUT_NS)
     base = 10**12
     assert hold.add(ending(0, base), entry(0, ts=base - 5)) == []
     time.sleep(0.01)  # the agent's own pauses do not count
@@ -347,8 +347,8 @@ def test_an_agent_stalled_between_the_ranks_spans_still_matches_the_collective()
     assert len(out) == 3 and counters.get("otelbpf.nccl.spans.unmatched", 0) == 0
     assert hold.add(ending(3, base + 3_000), entry(0, seq=2)) == []
     # held since the clock's latest reading (base + 1 ms), let go once the events' clock is past the timeout
-    assert hold.expire(now_ns=base + 1_000_000 + gpu.HOLD_TIMEOUT_NS - 1) == []
-    assert len(hold.expire(now_ns=base + 1_000_000 + gpu.HOLD_TIMEOUT_NS)) == 1
+    assert hold.expire(now_ns=base + 1_000_000 + nccl_lateness.HOLD_TIMEOUT_NS - 1) == []
+    assert len(hold.expire(now_ns=base + 1_000_000 + nccl_lateness.HOLD_TIMEOUT_NS)) == 1
     assert counters.get("otelbpf.nccl.spans.unmatched") == 1
 
 
@@ -356,7 +356,7 @@ def test_collective_spans_of_a_communicator_with_a_rank_elsewhere_stop_being_hel
     """Rank 0 of 2, rank 1 never seen (on another node): its first collective is held in case
     rank 1 joins late, and leaves unmarked (counted) at the end; one past the hold's timeout
     after the set-up passes at once."""
-    late = 11 + gpu.HOLD_TIMEOUT_NS + 1
+    late = 11 + nccl_lateness.HOLD_TIMEOUT_NS + 1
     server, children, counters = served(
         call(11, 12, "ncclCommInitRank", (0x7000, 2, 0, 0, 0x1111, 0x2222), library="nccl", out0=0xC0),
         call(13, 14, "ncclAllReduce", (1, 2, 3, 7, 0, 0xC0), library="nccl"),
@@ -380,8 +380,8 @@ def test_a_rank_destroying_its_handle_first_does_not_release_a_peers_last_collec
     forgotten."""
     from otelbpf.core.selfmetrics import Counters
 
-    late = gpu.HOLD_TIMEOUT_NS * 3
-    detector = gpu.StragglerDetector(Counters())
+    late = nccl_lateness.HOLD_TIMEOUT_NS * 3
+    detector = nccl_lateness.StragglerDetector(Counters())
     detector.joined(1, 0xA0, "ab" * 16, 0, 2, ts_ns=10)
     detector.joined(2, 0xB0, "ab" * 16, 1, 2, ts_ns=11)
     first = detector.enter(1, 0xA0, "AllReduce", late)

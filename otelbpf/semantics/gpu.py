@@ -45,9 +45,7 @@ docs/gpu.md.
 from __future__ import annotations
 
 import bisect
-import logging
-import statistics
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from otelbpf import semconv as sc
@@ -71,9 +69,7 @@ from otelbpf.semantics.gpu_functions import (
     decode_comm_init,
 )
 from otelbpf.semantics.gpu_steps import EngineSteps
-from otelbpf.semantics.nccl_lateness import HOLD_TIMEOUT_NS, CollectiveHold, Entry
-
-log = logging.getLogger("otelbpf")
+from otelbpf.semantics.nccl_lateness import CollectiveHold, Entry, StragglerDetector
 
 #: Parent spans whose launches are remembered at once (the oldest is dropped beyond).
 MAX_LEDGER = 65536
@@ -428,165 +424,6 @@ class NcclCalls:
         if self.state.call_observer is not None:
             self.state.call_observer(start, call, attrs)
         return span
-
-
-# -- slow ranks -------------------------------------------------------------------------------
-
-#: Collectives judged per communicator (the last ones), and how many before any verdict.
-STRAGGLER_WINDOW = 30
-STRAGGLER_MIN_SEEN = 10
-#: A rank is named when it entered last in at least this share of the window...
-STRAGGLER_SHARE = 0.8
-#: ... with a median lateness of at least this (below it, last is scheduling noise).
-STRAGGLER_MIN_LATE_NS = 1_000_000
-#: A rank is named again for the same communicator no sooner than this.
-STRAGGLER_REPEAT_NS = 60_000_000_000
-#: Collectives waiting for the other ranks' entries, at most (the oldest are dropped).
-MAX_OPEN_COLLECTIVES = 4096
-
-_OP_PLURALS = {"AllReduce": "all-reduces", "AllGather": "all-gathers", "ReduceScatter": "reduce-scatters",
-               "Broadcast": "broadcasts", "Send": "sends", "Recv": "receives"}
-
-
-@dataclass
-class _Member:
-    """One rank's handle of a communicator, in its process."""
-
-    unique_id: str
-    rank: int
-    nranks: int
-    seq: int = 0
-
-
-class StragglerDetector:
-    """Which rank holds a communicator's collectives back, across the ranks'
-    processes on this node.
-
-    A communicator is matched across processes by its ncclUniqueId (read at
-    ncclCommInitRank); each rank's n-th collective on it is the same
-    collective (NCCL requires every rank to call them in the same order).
-    When every rank's entry of a collective is in, the rank that entered last
-    (and so spends the least time inside, waiting for nobody) is noted with
-    how late it was (its entry minus the median of the others'). A rank last
-    in at least 80% of the last 30 collectives, with a median lateness of at
-    least 1 ms, is named in the agent's log; no rank is named otherwise.
-    """
-
-    def __init__(self, counters=None) -> None:
-        self.counters = counters
-        self.members: dict[tuple[int, int], _Member] = {}
-        #: unique id -> ranks that joined it in traced processes (to know when all are on this node),
-        #: and when the first of them did; kept until its last member left (a rank that destroyed its
-        #: handle may be seen before a peer's last collective: the peer's span is still held)
-        self.joined_ranks: dict[str, set[int]] = {}
-        self.first_joined_ns: dict[str, int] = {}
-        #: unique id -> members (process handles) still joined
-        self.live_members: dict[str, int] = {}
-        #: (unique id, seq) -> rank -> entry ns
-        self.open: OrderedDict[tuple[str, int], dict[int, int]] = OrderedDict()
-        #: unique id -> deque of (last rank, lateness ns, operation)
-        self.history: dict[str, deque] = {}
-        #: (unique id, rank) -> when it was last named
-        self.named: dict[tuple[str, int], int] = {}
-        #: the warning the last enter() logged (None: none)
-        self.last_line: str | None = None
-
-    def joined(self, pid: int, comm: int, unique_id: str, rank: int, nranks: int, ts_ns: int = 0) -> None:
-        if 1 < nranks <= 65536 and 0 <= rank < nranks:
-            if (pid, comm) in self.members:  # a handle address reused without its destroy seen
-                self.left(pid, comm)
-            self.members[(pid, comm)] = _Member(unique_id, rank, nranks)
-            self.joined_ranks.setdefault(unique_id, set()).add(rank)
-            self.first_joined_ns.setdefault(unique_id, ts_ns)
-            self.live_members[unique_id] = self.live_members.get(unique_id, 0) + 1
-
-    def left(self, pid: int, comm: int) -> None:
-        """A rank's handle destroyed (or its process gone). The communicator's ranks are
-        remembered until its last member leaves: events of different processes are handled in
-        time order only within the reordering window, so one rank's ncclCommDestroy can come
-        before another rank's last collective, which must still be held to be matched."""
-        member = self.members.pop((pid, comm), None)
-        if member is not None:
-            remaining = self.live_members.get(member.unique_id, 1) - 1
-            if remaining > 0:
-                self.live_members[member.unique_id] = remaining
-            else:
-                self.live_members.pop(member.unique_id, None)
-                self.joined_ranks.pop(member.unique_id, None)
-                self.first_joined_ns.pop(member.unique_id, None)
-
-    def forget(self, pid: int) -> None:
-        for key in [k for k in self.members if k[0] == pid]:
-            self.left(*key)
-
-    def may_all_be_here(self, entry: Entry) -> bool:
-        """Every rank of the entry's communicator joined in a traced process on this node, or
-        may still be seen joining: the first rank joined less than the hold's timeout before
-        (ranks do not wait for each other at set-up, so one rank's first collective can come
-        before another's ncclCommInitRank). A communicator with ranks on other nodes is
-        then no longer held."""
-        if len(self.joined_ranks.get(entry.unique_id, ())) >= entry.nranks:
-            return True
-        return entry.ts_ns - self.first_joined_ns.get(entry.unique_id, entry.ts_ns) < HOLD_TIMEOUT_NS
-
-    def entered(self, pid: int, comm: int, operation: str, ts_ns: int) -> str | None:
-        """A collective entered by one rank; the warning line if this completes a verdict naming a rank."""
-        entry = self.enter(pid, comm, operation, ts_ns)
-        return self.last_line if entry is not None else None
-
-    def enter(self, pid: int, comm: int, operation: str, ts_ns: int) -> Entry | None:
-        """A collective entered by one rank: which collective of which communicator (None: a
-        communicator whose set-up was not seen). Sets ``last_line`` to the warning this verdict
-        logged, if any."""
-        self.last_line = None
-        member = self.members.get((pid, comm))
-        if member is None:
-            return None
-        member.seq += 1
-        entry = Entry(member.unique_id, member.seq, member.rank, member.nranks, ts_ns)
-        key = (member.unique_id, member.seq)
-        entries = self.open.get(key)
-        if entries is None:
-            entries = self.open[key] = {}
-            if len(self.open) > MAX_OPEN_COLLECTIVES:
-                self.open.popitem(last=False)
-        entries[member.rank] = ts_ns
-        if len(entries) >= member.nranks:
-            del self.open[key]
-            self.last_line = self._judge(member, entries, operation, ts_ns)
-        return entry
-
-    def _judge(self, member: _Member, entries: dict[int, int], operation: str, now_ns: int) -> str | None:
-        last_rank = max(entries, key=entries.__getitem__)
-        others = [ts for rank, ts in entries.items() if rank != last_rank]
-        lateness = entries[last_rank] - statistics.median(others)
-        history = self.history.setdefault(member.unique_id, deque(maxlen=STRAGGLER_WINDOW))
-        history.append((last_rank, lateness, operation))
-        if len(history) < STRAGGLER_MIN_SEEN:
-            return None
-        counts: dict[int, int] = {}
-        for rank, _late, _op in history:
-            counts[rank] = counts.get(rank, 0) + 1
-        rank, times = max(counts.items(), key=lambda item: item[1])
-        if times < STRAGGLER_SHARE * len(history):
-            return None
-        median_late = statistics.median(late for r, late, _op in history if r == rank)
-        if median_late < STRAGGLER_MIN_LATE_NS:
-            return None
-        named = (member.unique_id, rank)
-        if now_ns - self.named.get(named, -STRAGGLER_REPEAT_NS) < STRAGGLER_REPEAT_NS:
-            return None
-        self.named[named] = now_ns
-        operations = {op for _r, _l, op in history}
-        what = _OP_PLURALS.get(operation, "collectives") if len(operations) == 1 else "collectives"
-        line = (
-            f"otelbpf: straggler: rank {rank} of communicator {member.unique_id[:8]}… entered last in {times} of "
-            f"{len(history)} {what} (median {median_late / 1e6:.0f} ms late)"
-        )
-        log.warning("%s", line)
-        if self.counters is not None:
-            self.counters.add("otelbpf.nccl.stragglers_named")
-        return line
 
 
 # -- wiring -----------------------------------------------------------------------------------
