@@ -31,7 +31,8 @@ from otelbpf.profiles.records import (
     StackSampleEvent,
 )
 from otelbpf.core.selfmetrics import Counters
-from otelbpf.semantics.gpu import CudaCalls, GpuState
+from otelbpf.semantics.gpu import CudaCalls
+from otelbpf.semantics.gpu_state import GpuState
 from otelbpf.semantics.gpu_steps import EngineSteps
 
 PID, TID = 4242, 4243

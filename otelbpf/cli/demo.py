@@ -34,6 +34,7 @@ from pathlib import Path
 
 from otelbpf.cli.doctor import preflight
 from otelbpf.cli.outputs import build_consumer, build_profile_exporters
+from otelbpf.semantics.gpu_state import state_of
 
 log = logging.getLogger("otelbpf")
 #: The demo is short and its services are light: sample often enough that they show in the flame graph.
@@ -137,9 +138,7 @@ def gpu_example_available() -> bool:
 def print_gpu_memory(pipeline, pid: int) -> None:
     """The GPU memory the example server's CUDA calls left reserved (the metric
     otelbpf.gpu.memory.reserved exports per process)."""
-    from otelbpf.semantics import gpu
-
-    state = gpu.state_of(pipeline)
+    state = state_of(pipeline)
     gauges = state.memory_gauges().get(pid, []) if state is not None else []
     for name, _description, unit, value in gauges:
         print(f"demo: gpu_inference_server {name} = {value:,} {unit}")

@@ -8,7 +8,7 @@ is copies, the sum bytes per direction, and the pageable share is the ratio of
 two sums. From every NCCL call: duration and bytes by operation; from every
 collective matched across its ranks (otelbpf/semantics/nccl_lateness.py): how
 late its rank entered it after the first rank, by communicator, rank and
-operation. GPU memory reserved is a gauge per process (otelbpf/semantics/gpu.py
+operation. GPU memory reserved is a gauge per process (otelbpf/semantics/gpu_state.py
 ``memory_gauges``); kernel launches a Sum per process read from the kernel
 (otelbpf/sources/gpu.py ``launch_sums``).
 """

@@ -40,6 +40,7 @@ from otelbpf.profiles.model import Sample
 from otelbpf.profiles.records import PROFILE_GPU_CALL, PROFILE_GPU_LAUNCH, PROFILE_OFF_CPU, OffCpuEnd, StackSampleEvent
 from otelbpf.profiles.stacks import StackBuilder
 from otelbpf.profiles.types import OFF_CPU, cpu_type
+from otelbpf.semantics.gpu_state import state_of
 
 log = logging.getLogger("otelbpf.profiles")
 
@@ -102,9 +103,7 @@ class Profiler:
         pipeline.tick_hooks.append(self.tick)
         pipeline.exit_hooks.append(self.forget)
         pipeline.finish_hooks.append(self.close)
-        from otelbpf.semantics import gpu as gpu_semantics
-
-        state = gpu_semantics.state_of(pipeline)
+        state = state_of(pipeline)
         if state is not None:  # the GPU calls' spans hand each call to the GPU profiles
             state.call_observer = self.gpu.on_call
             self.steps = state.steps

@@ -1,20 +1,10 @@
 # C types for gpu.py when Cython compiles it (setup.py). The logic lives only in gpu.py;
-# this file makes GpuState and GpuSpanConsumer extension types, so that the consumer's
-# per-span check ("anything GPU pending?": six of the state's fields) reads C struct
-# fields instead of six attribute look-ups, on every span of every protocol. Attributes
-# not declared here still work (the instances keep a __dict__ for them), only slower.
+# this file makes GpuSpanConsumer an extension type whose on_end, run for every span of
+# every protocol, reads the GpuState's fields as C struct fields (gpu_state.pxd).
+# Attributes not declared here still work (the instance keeps a __dict__ for them), only slower.
 cimport cython as cy
 
-
-cdef class GpuState:
-    cdef dict __dict__
-    cdef public object counters
-    cdef public object launches
-    cdef public object deferred
-    cdef public object folds
-    cdef public object folded
-    cdef public object entries
-    cdef public object holds
+from otelbpf.semantics.gpu_state cimport GpuState
 
 
 cdef class GpuSpanConsumer:

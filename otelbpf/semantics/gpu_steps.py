@@ -50,6 +50,7 @@ from otelbpf.core.identity import SpanStart, TraceGroup
 from otelbpf.core.model import SpanKind, SpanLink, SpanRecord, new_span_id, new_trace_id
 from otelbpf.host.procfs import parent_of
 from otelbpf.semantics.gpu_functions import CUDA_SYNCS
+from otelbpf.semantics.gpu_state import state_of
 
 #: Functions that end a step when they return (the synchronisations): the engine waits for its batch there.
 SYNC_FUNCTIONS = frozenset(CUDA_SYNCS)
@@ -353,9 +354,7 @@ def options_from(args) -> StepOptions:
 
 def configure(pipeline, args) -> None:
     """Apply ``otelbpf run``'s step options to the steps GPU semantics attached to ``pipeline``."""
-    from otelbpf.semantics import gpu
-
-    state = gpu.state_of(pipeline)
+    state = state_of(pipeline)
     if state is not None and state.steps is not None:
         state.steps.options = options_from(args)
 
