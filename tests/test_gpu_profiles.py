@@ -3,7 +3,7 @@ the in-use and pinned tables, copies, failures, bounds, and what samples are lin
 
 The events are built here: StackSampleEvents with no stack bytes and no Python frames (a stub
 builder names each stack by its ``stack_addr``), CallEvents as bpf/calls.c reports them. Calls go
-through the CUDA span semantics (otelbpf/semantics/gpu.py CudaCalls, which decides pageability
+through the CUDA span semantics (otelbpf/semantics/gpu_calls.py CudaCalls, which decides pageability
 from the ranges it saw pinned) and reach the profiles by GpuState.call_observer, as in the agent.
 """
 
@@ -31,7 +31,7 @@ from otelbpf.profiles.records import (
     StackSampleEvent,
 )
 from otelbpf.core.selfmetrics import Counters
-from otelbpf.semantics.gpu import CudaCalls
+from otelbpf.semantics.gpu_calls import CudaCalls
 from otelbpf.semantics.gpu_state import GpuState
 from otelbpf.semantics.gpu_steps import EngineSteps
 

@@ -1,4 +1,4 @@
-"""Metric instruments of the GPU call spans (otelbpf/semantics/gpu.py).
+"""Metric instruments of the GPU call spans (otelbpf/semantics/gpu_calls.py).
 
 No semantic convention covers CUDA or NCCL calls yet, so the names are
 otelbpf's own (otelbpf/semconv.py). From every CUDA runtime/driver call span:

@@ -4,7 +4,7 @@ The GPU call probes (bpf/calls.c, sites flagged CALL_STACK by otelbpf/sources/gp
 stack sample at the entry of each outermost allocation, pinning, copy, synchronisation and
 NCCL collective (bpf/profile.c ``gpu_stack_sample``: kind PROFILE_GPU_CALL, stamped with the
 call's entry time); the call itself arrives as usual, as a CallEvent at its return, and is
-turned into a span by otelbpf/semantics/gpu.py, which hands it here
+turned into a span by otelbpf/semantics/gpu_calls.py, which hands it here
 (``GpuState.call_observer``) with the span's decoded attributes. :class:`GpuProfiles` joins
 the two by (thread, entry time) and makes samples of:
 

@@ -5,10 +5,10 @@ it carries go on its parent request span when that span leaves the pipeline;
 a short call is folded into its parent; a pinning call decides whether later
 copies are pageable; a communicator's set-up lets its collectives be matched
 across ranks. :class:`GpuState` keeps all of that for one pipeline, shared by
-the call spans and the consumer that writes it on the request spans
-(otelbpf/semantics/gpu.py), the engine steps (otelbpf/semantics/gpu_steps.py)
-and the GPU profiles (otelbpf/profiles/gpu.py); :func:`state_of` finds it
-from the pipeline.
+the call spans (otelbpf/semantics/gpu_calls.py), the consumer that writes it
+on the request spans (otelbpf/semantics/gpu_span_consumer.py), the engine
+steps (otelbpf/semantics/gpu_steps.py) and the GPU profiles
+(otelbpf/profiles/gpu.py); :func:`state_of` finds it from the pipeline.
 """
 
 from __future__ import annotations

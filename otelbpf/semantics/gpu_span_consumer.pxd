@@ -1,6 +1,6 @@
-# C types for gpu.py when Cython compiles it (setup.py). The logic lives only in gpu.py;
-# this file makes GpuSpanConsumer an extension type whose on_end, run for every span of
-# every protocol, reads the GpuState's fields as C struct fields (gpu_state.pxd).
+# C types for gpu_span_consumer.py when Cython compiles it (setup.py). The logic lives only in
+# gpu_span_consumer.py; this file makes GpuSpanConsumer an extension type whose on_end, run for
+# every span of every protocol, reads the GpuState's fields as C struct fields (gpu_state.pxd).
 # Attributes not declared here still work (the instance keeps a __dict__ for them), only slower.
 cimport cython as cy
 
