@@ -36,6 +36,7 @@ from collections import OrderedDict
 from time import thread_time_ns
 
 from otelbpf.profiles.export import CPU_TIME
+from otelbpf.profiles.gpu import GpuProfiles
 from otelbpf.profiles.model import Sample
 from otelbpf.profiles.records import PROFILE_GPU_CALL, PROFILE_GPU_LAUNCH, PROFILE_OFF_CPU, OffCpuEnd, StackSampleEvent
 from otelbpf.profiles.stacks import StackBuilder
@@ -90,8 +91,6 @@ class Profiler:
         #: the pipeline thread's CPU on samples not yet reported (_report_cpu)
         self._cpu_ns = 0
         #: GPU profiles (otelbpf/profiles/gpu.py): stacks of GPU calls joined to the calls
-        from otelbpf.profiles.gpu import GpuProfiles
-
         self.gpu = GpuProfiles(self)
 
     def attach(self, pipeline) -> None:
