@@ -53,9 +53,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import bpf_stats  # noqa: E402
-import nginx_wrk as nw  # noqa: E402
 import llm_stream  # noqa: E402
 from llm_stream import run_workers  # noqa: E402
+from wrkbench.agent import AgentLauncher, stat  # noqa: E402
+from wrkbench.console import BenchError  # noqa: E402
+from wrkbench.processes import Children  # noqa: E402
+from wrkbench.procfs import CLK_TCK, proc_cpu_ticks  # noqa: E402
+from wrkbench.span_counting import CountingReceiver  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODES = ("off", "whole", "prefix")
@@ -192,7 +196,7 @@ def kernel_main(args) -> int:
 # -- the bench ----------------------------------------------------------------------------------
 
 
-def start_server(children: nw.Children, args) -> tuple[subprocess.Popen, int]:
+def start_server(children: Children, args) -> tuple[subprocess.Popen, int]:
     """The mock writing ``--burst-events`` SSE events per write (per sendmsg with --gather)."""
     return llm_stream.start_server(children, ["--burst-events", str(args.burst_events)] + (["--gather"] if args.gather else []))
 
@@ -212,7 +216,7 @@ def one_window(args, children, launcher, receiver, server_pid: int, port: int, m
         agent = launcher.start(["--pid", str(server_pid), "--pid", str(client.pid)],
                                ["--otlp-endpoint", receiver.grpc_endpoint, "--otlp-protocol", "grpc"])  # fmt: skip
         bpf_before = bpf_stats.snapshot(agent.pid)
-        agent_start = nw.proc_cpu_ticks(agent.pid) or 0
+        agent_start = proc_cpu_ticks(agent.pid) or 0
     out, _ = client.communicate("go\n", timeout=args.duration + 60)  # starts once the agent is attached
     children.forget(client)
     load = json.loads(out.strip().splitlines()[-1])
@@ -223,7 +227,7 @@ def one_window(args, children, launcher, receiver, server_pid: int, port: int, m
             bpf_stats.set_stats(True)
             bpf = None
         launcher.wait_idle(agent)
-        agent_s = ((nw.proc_cpu_ticks(agent.pid) or 0) - agent_start) / nw.CLK_TCK
+        agent_s = ((proc_cpu_ticks(agent.pid) or 0) - agent_start) / CLK_TCK
         stopped = launcher.stop(agent)
         stats = stopped["stats"]
         calls = max(1, load["calls"])
@@ -233,10 +237,10 @@ def one_window(args, children, launcher, receiver, server_pid: int, port: int, m
                           bpf_top=[(p["name"], round(p["ns"] / calls)) for p in bpf["programs"][:4]])
         result.update(
             agent_us_per_call=1e6 * agent_s / calls,
-            events_per_call=nw.stat(stats, "otelbpf.events") / calls,
-            truncated_per_call=nw.stat(stats, "otelbpf.payload.truncated") / calls,
-            peer_filled=nw.stat(stats, "otelbpf.genai.usage.peer_filled"),
-            events_lost=nw.stat(stats, "otelbpf.events.lost"),
+            events_per_call=stat(stats, "otelbpf.events") / calls,
+            truncated_per_call=stat(stats, "otelbpf.payload.truncated") / calls,
+            peer_filled=stat(stats, "otelbpf.genai.usage.peer_filled"),
+            events_lost=stat(stats, "otelbpf.events.lost"),
             spans_per_call=(counts["server_spans"] + counts["other_spans"]) / calls,
         )
     return result
@@ -306,13 +310,13 @@ def main() -> int:
     if args.kernel:
         return kernel_main(args)
 
-    children = nw.Children()
+    children = Children()
     receiver = None
     previous_stats = bpf_stats.set_stats(True)
     try:
         server, port = start_server(children, args)
-        receiver = nw.CountingReceiver(children, None)
-        launcher = nw.AgentLauncher(children, None, args.agent_args.split())
+        receiver = CountingReceiver(children, None)
+        launcher = AgentLauncher(children, None, args.agent_args.split())
         windows = []
         for r in range(args.rounds):
             for mode in MODES:
@@ -323,7 +327,7 @@ def main() -> int:
                 print(f"round {r + 1} {mode:6s}: {w['calls_per_s']:,.1f} calls/s, {w['bytes_per_call'] / 1024:,.0f} KiB/call{extra}",
                       flush=True)  # fmt: skip
         report(args, windows)
-    except nw.BenchError as exc:
+    except BenchError as exc:
         print(f"llm_bursts: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

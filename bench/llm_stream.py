@@ -50,7 +50,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import nginx_wrk as nw  # noqa: E402
+from wrkbench.agent import AgentCommand, AgentLauncher, stat  # noqa: E402
+from wrkbench.console import BenchError  # noqa: E402
+from wrkbench.processes import Children  # noqa: E402
+from wrkbench.procfs import CLK_TCK, proc_cpu_ticks  # noqa: E402
+from wrkbench.span_counting import CountingReceiver  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -242,7 +246,7 @@ def in_process_main(args) -> int:
 # -- the bench -----------------------------------------------------------------------------
 
 
-def start_server(children: nw.Children, options: list[str] | None = None) -> tuple[object, int]:
+def start_server(children: Children, options: list[str] | None = None) -> tuple[object, int]:
     """The bundled OpenAI-compatible mock on a free port (with ``options``): its process and port."""
     proc = children.start(
         "openai mock", [sys.executable, str(ROOT / "examples" / "openai_mock_server.py"), "--port", "0", *(options or [])],
@@ -250,7 +254,7 @@ def start_server(children: nw.Children, options: list[str] | None = None) -> tup
     )
     line = proc.stdout.readline()
     if not line.startswith("listening on "):
-        raise nw.BenchError(f"the mock server did not start: {line!r}")
+        raise BenchError(f"the mock server did not start: {line!r}")
     return proc, int(line.split()[-1])
 
 
@@ -267,7 +271,7 @@ def one_window(args, children, launcher, receiver, server_pid: int, port: int, t
     if traced:
         receiver.reset()
         agent = launcher.start(["--pid", str(server_pid), "--pid", str(client.pid)], ["--otlp-endpoint", receiver.grpc_endpoint, "--otlp-protocol", "grpc"])
-    agent_start = nw.proc_cpu_ticks(agent.pid) if agent else None
+    agent_start = proc_cpu_ticks(agent.pid) if agent else None
     out, _ = client.communicate("go\n", timeout=args.duration + 60)  # starts once the agent is attached
     children.forget(client)
     load = json.loads(out.strip().splitlines()[-1])
@@ -276,7 +280,7 @@ def one_window(args, children, launcher, receiver, server_pid: int, port: int, t
     result["calls_per_s"] = load["calls"] / load["seconds"]
     if agent is not None:
         launcher.wait_idle(agent)
-        agent_s = ((nw.proc_cpu_ticks(agent.pid) or 0) - (agent_start or 0)) / nw.CLK_TCK
+        agent_s = ((proc_cpu_ticks(agent.pid) or 0) - (agent_start or 0)) / CLK_TCK
         stopped = launcher.stop(agent)
         counts = receiver.counts()
         spans = counts["server_spans"] + counts["other_spans"]
@@ -284,7 +288,7 @@ def one_window(args, children, launcher, receiver, server_pid: int, port: int, t
             spans=spans,
             spans_per_s=spans / load["seconds"],
             spans_per_call=spans / max(1, load["calls"]),
-            events_lost=nw.stat(stopped["stats"], "otelbpf.events.lost"),
+            events_lost=stat(stopped["stats"], "otelbpf.events.lost"),
             agent_us_per_token=1e6 * agent_s / max(1, load["tokens"]),
             # both sides see every SSE chunk: per chunk per side
             agent_us_per_chunk_side=1e6 * agent_s / max(1, 2 * load.get("events", load["tokens"])),
@@ -316,13 +320,13 @@ def main() -> int:
     if args.in_process:
         return in_process_main(args)
 
-    children = nw.Children()
+    children = Children()
     receiver = None
     try:
         _server, port = start_server(children)
-        receiver = nw.CountingReceiver(children, None)
-        command = nw.AgentCommand.from_args(argparse.Namespace(repo=args.repo, otelbpf_cmd=None, agent_python=None))
-        launcher = nw.AgentLauncher(children, None, args.agent_args.split(), command)
+        receiver = CountingReceiver(children, None)
+        command = AgentCommand.from_args(argparse.Namespace(repo=args.repo, otelbpf_cmd=None, agent_python=None))
+        launcher = AgentLauncher(children, None, args.agent_args.split(), command)
         windows = []
         for r in range(args.rounds):
             for traced in (False, True):
@@ -341,7 +345,7 @@ def main() -> int:
         print(f"  agent CPU           {med('agent_us_per_token'):.2f} us per streamed token (both sides), "
               f"{med('agent_us_per_chunk_side'):.2f} us per SSE chunk per side, {med('agent_us_per_span'):.0f} us per span")
         print(f"  events lost (on)    {sum(w['events_lost'] for w in on)}")
-    except nw.BenchError as exc:
+    except BenchError as exc:
         print(f"llm_stream: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -45,6 +45,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nginx_wrk as nw  # noqa: E402
+from wrkbench.console import BenchError  # noqa: E402
+from wrkbench.machine import preflight  # noqa: E402
+from wrkbench.processes import Children  # noqa: E402
 
 DATA_SYSCALLS = ("read", "write", "recvfrom", "sendto", "readv", "writev", "recvmsg", "sendmsg", "sendfile64")
 UDP_SYSCALL_TRACEPOINTS = [
@@ -135,11 +138,11 @@ def main() -> int:
     p.add_argument("--output", type=Path, help="also write the results as JSON here")
     args = p.parse_args()
     bench_args = nw.parse_args(["--noise-retries", "2", "--quiet-wait", "20"])
-    children = nw.Children()
+    children = Children()
     workdir = Path(tempfile.mkdtemp(prefix="otelbpf-bench-tax-"))
     probes = None
     try:
-        nw.preflight(bench_args)
+        preflight(bench_args)
         from bcc import BPF
 
         bench = nw.Bench(bench_args, children, workdir)
@@ -223,7 +226,7 @@ def main() -> int:
         print("  (vs none: ratio of medians; per-round: median of each round's ratio to that round's 'none')")
         if args.output:
             args.output.write_text(json.dumps(summary, indent=2) + "\n")
-    except nw.BenchError as exc:
+    except BenchError as exc:
         print(f"probe_tax: error: {exc}")
         return 2
     except KeyboardInterrupt:

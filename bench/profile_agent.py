@@ -41,13 +41,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import nginx_wrk as nw  # noqa: E402
+from wrkbench.console import BenchError  # noqa: E402
+from wrkbench.machine import preflight  # noqa: E402
+from wrkbench.processes import Children, taskset  # noqa: E402
+from wrkbench.procfs import CLK_TCK, proc_cpu_ticks  # noqa: E402
+from wrkbench.span_counting import CountingReceiver  # noqa: E402
 
 
 def find_py_spy(given: str | None) -> str:
     for candidate in (given, shutil.which("py-spy"), "/tmp/pyspy-venv/bin/py-spy"):
         if candidate and Path(candidate).exists():
             return candidate
-    raise nw.BenchError("py-spy not found: python3 -m venv /tmp/pyspy-venv && /tmp/pyspy-venv/bin/pip install py-spy (or pass --py-spy)")
+    raise BenchError("py-spy not found: python3 -m venv /tmp/pyspy-venv && /tmp/pyspy-venv/bin/pip install py-spy (or pass --py-spy)")
 
 
 def fold(raw: Path) -> tuple[Counter, Counter, Counter, int]:
@@ -219,11 +224,11 @@ def main() -> int:
 
     extra = [*(["--repo", args.repo] if args.repo else []), *(["--agent-python", args.agent_python] if args.agent_python else [])]
     bench_args = nw.parse_args(["--agent-cpus", args.agent_cpus, *extra, *[f"--agent-arg={a}" for a in args.agent_arg]])
-    children = nw.Children()
+    children = Children()
     workdir = Path(tempfile.mkdtemp(prefix="otelbpf-bench-profile-"))
     receiver = None
     try:
-        nw.preflight(bench_args)
+        preflight(bench_args)
         py_spy = None if args.perf else find_py_spy(args.py_spy)
         bench = nw.Bench(bench_args, children, workdir)
         bench.start()
@@ -231,7 +236,7 @@ def main() -> int:
         if args.sink == "jsonfile":
             outputs = ["--json-file", str(json_file)]
         else:
-            receiver = nw.CountingReceiver(children, bench.layout.client)
+            receiver = CountingReceiver(children, bench.layout.client)
             outputs = ["--otlp-endpoint", receiver.grpc_endpoint, "--otlp-protocol", "grpc"]
         agent = bench.agents.start(bench.targets(), outputs)
         time.sleep(0.5)
@@ -242,17 +247,17 @@ def main() -> int:
             command = ["perf", "record", "-F", str(args.sample_rate * (2 if args.callers else 4)), *graph, "-p", str(agent.pid), "-o", str(raw), "--", "sleep", str(args.duration)]
         else:
             command = [py_spy, "record", "--pid", str(agent.pid), "--rate", str(args.sample_rate), "--duration", str(args.duration), "--threads", "--format", "raw", "--output", str(raw), "--nonblocking"]
-        spy = children.start("perf" if args.perf else "py-spy", nw.taskset(bench.layout.client, command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        spy = children.start("perf" if args.perf else "py-spy", taskset(bench.layout.client, command), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         meter = bench.meter(agent)
         result = bench.wrk.fixed_rate(args.rate, args.duration, 1, bench_args.rate_connections)
         cpu = meter.stop()
         bench.agents.wait_idle(agent)
-        agent_s = ((nw.proc_cpu_ticks(agent.pid) or 0) - meter.start["agent"]) / nw.CLK_TCK  # load start -> caught up
+        agent_s = ((proc_cpu_ticks(agent.pid) or 0) - meter.start["agent"]) / CLK_TCK  # load start -> caught up
         _, spy_err = spy.communicate(timeout=60)
         children.forget(spy)
         stopped = bench.agents.stop(agent)
         if not raw.exists():
-            raise nw.BenchError(f"{command[0]} wrote nothing: {spy_err.decode(errors='replace')[-1500:]}")
+            raise BenchError(f"{command[0]} wrote nothing: {spy_err.decode(errors='replace')[-1500:]}")
         if args.perf:
             requests = max(1, result.requests)
             print(f"\n{result.rps:,.0f} req/s for {args.duration}s, sink {args.sink}: agent {cpu['agent_cores']:.2f} cores during the load, {agent_s:.2f} s CPU until caught up = {1e6 * agent_s / requests:.1f} us CPU per request")
@@ -283,7 +288,7 @@ def main() -> int:
             print(f"\n{title}: share, us per request")
             for name, n in counter.most_common(args.top):
                 print(f"  {100 * n / total:5.1f}%  {n * us_per_sample:6.1f} us  {name}")
-    except nw.BenchError as exc:
+    except BenchError as exc:
         print(f"profile_agent: error: {exc}")
         return 2
     except KeyboardInterrupt:

@@ -709,24 +709,25 @@ def table(headers: list[str], rows: list[list], indent: str = "  ") -> str:
 
 
 class Server:
-    """The traced process and its load: nginx + wrk (bench/nginx_wrk.py's), or http.server + a Python loop."""
+    """The traced process and its load: nginx + wrk (bench/nginx_wrk.py's drivers, in bench/wrkbench/), or http.server + a Python loop."""
 
     def __init__(self, kind: str, children, workdir, rate: int) -> None:
-        import nginx_wrk as nw
+        from wrkbench.nginx import DEFAULT_PATHS, Nginx
+        from wrkbench.processes import free_port
+        from wrkbench.wrk import Wrk
 
         self.kind = kind
-        self.nw = nw
         self.children = children
         self.rate = rate
         if kind == "nginx":
-            self.nginx = nw.Nginx(children, workdir, nw.free_port(), workers=1, sendfile=False, cpus=None)
+            self.nginx = Nginx(children, workdir, free_port(), workers=1, sendfile=False, cpus=None)
             self.nginx.start()
-            self.wrk = nw.Wrk(children, workdir, self.nginx.url, None, list(nw.DEFAULT_PATHS))
+            self.wrk = Wrk(children, workdir, self.nginx.url, None, list(DEFAULT_PATHS))
             self.pids = self.nginx.all_pids()
         else:
             import subprocess
 
-            self.port = nw.free_port()
+            self.port = free_port()
             www = workdir / "www"
             www.mkdir()
             (www / "index.html").write_text("hello\n")
@@ -779,11 +780,14 @@ def run_variant(name: str, spec: dict, args, server: Server, children, workdir) 
     import signal
     import threading
 
-    nw = server.nw
+    from wrkbench import checkout
+    from wrkbench.agent import AgentCommand, AgentLauncher
+    from wrkbench.console import say
+
     tag = f"{name}-{time.monotonic_ns()}"  # a variant may run more than once
     stage_file = workdir / f"stages-{tag}.jsonl"
     argv = [sys.executable, os.path.abspath(__file__), "--agent-child", "--"]
-    launcher = nw.AgentLauncher(children, None, [*args.agent_arg, *spec.get("args", [])], nw.AgentCommand(argv, nw.ROOT))
+    launcher = AgentLauncher(children, None, [*args.agent_arg, *spec.get("args", [])], AgentCommand(argv, checkout.ROOT))
     fixes = {**dict(f.partition("=")[::2] for f in args.fix), **spec.get("fixes", {})}
     launcher.env[STAGE_ENV] = str(stage_file)
     launcher.env[FIX_ENV] = ",".join(f"{k}={v}" if v else k for k, v in fixes.items())
@@ -795,7 +799,7 @@ def run_variant(name: str, spec: dict, args, server: Server, children, workdir) 
         outputs = ["--otlp-endpoint", server.receiver.grpc_endpoint]
     else:
         outputs = ["--json-file", str(workdir / f"spans-{tag}.json")]
-    nw.say(f"\n== {name}: agent args {' '.join([*launcher.extra_args]) or '(none)'}"
+    say(f"\n== {name}: agent args {' '.join([*launcher.extra_args]) or '(none)'}"
            f"{'; env ' + ' '.join(f'{k}={v}' for k, v in spec.get('env', {}).items()) if spec.get('env') else ''}"
            f"{'; fixes ' + launcher.env[FIX_ENV] if launcher.env[FIX_ENV] else ''}")
     t_exec = time.monotonic()
@@ -826,7 +830,7 @@ def run_variant(name: str, spec: dict, args, server: Server, children, workdir) 
         loader.join(args.duration + 60)
         t_end = time.monotonic()
         end = read_and_reset(run.pid)
-        waited = nw.AgentLauncher.wait_idle(run)
+        waited = AgentLauncher.wait_idle(run)
         after = read_and_reset(run.pid)
         sampler.stop()
     finally:
@@ -961,7 +965,11 @@ def main(argv: list[str] | None = None) -> int:
     from pathlib import Path
 
     sys.path.insert(0, os.path.join(ROOT, "bench"))
-    import nginx_wrk as nw
+    from wrkbench.checkout import RESULTS_DIR
+    from wrkbench.console import BenchError, say
+    from wrkbench.machine import machine_info
+    from wrkbench.processes import Children
+    from wrkbench.span_counting import CountingReceiver
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--server", choices=("nginx", "http.server"), help="the traced server (default nginx when nginx and wrk are installed)")
@@ -993,30 +1001,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.server is None:
         args.server = "nginx" if shutil.which("nginx") and shutil.which("wrk") else "http.server"
 
-    children = nw.Children()
+    children = Children()
     workdir = Path(tempfile.mkdtemp(prefix="rss_breakdown-"))
     os.chmod(workdir, 0o755)
     results = []
     try:
         server = Server(args.server, children, workdir, args.rate)
-        server.receiver = nw.CountingReceiver(children, None) if args.sink == "otlp-grpc" else None
-        nw.say(f"server: {args.server} (pids {', '.join(map(str, server.pids))}), load {args.rate:,} req/s for {args.duration} s per run, sink {args.sink}")
+        server.receiver = CountingReceiver(children, None) if args.sink == "otlp-grpc" else None
+        say(f"server: {args.server} (pids {', '.join(map(str, server.pids))}), load {args.rate:,} req/s for {args.duration} s per run, sink {args.sink}")
         for name in names:
             results.append(run_variant(name, merged_variant(name), args, server, children, workdir))
-            nw.say(report_variant(results[-1], args.top))
+            say(report_variant(results[-1], args.top))
         if len(results) > 1:
-            nw.say(report_comparison(results))
-        nw.say(NOTES)
-    except nw.BenchError as exc:
-        nw.say(f"error: {exc}")
+            say(report_comparison(results))
+        say(NOTES)
+    except BenchError as exc:
+        say(f"error: {exc}")
         return 1
     finally:
         children.stop_all()
         shutil.rmtree(workdir, ignore_errors=True)
-    output = Path(args.output) if args.output else nw.RESULTS_DIR / f"rss_breakdown-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
+    output = Path(args.output) if args.output else RESULTS_DIR / f"rss_breakdown-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}.json"
     output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({"args": vars(args), "machine": nw.machine_info(), "results": results}, indent=1))
-    nw.say(f"\nreport: {output}")
+    output.write_text(json.dumps({"args": vars(args), "machine": machine_info(), "results": results}, indent=1))
+    say(f"\nreport: {output}")
     return 0
 
 
