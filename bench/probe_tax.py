@@ -44,10 +44,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import nginx_wrk as nw  # noqa: E402
+import nginx_wrk  # noqa: E402 - its options, with their defaults
 from wrkbench.console import BenchError  # noqa: E402
 from wrkbench.machine import preflight  # noqa: E402
 from wrkbench.processes import Children  # noqa: E402
+from wrkbench.report import table  # noqa: E402
+from wrkbench.runs import Bench  # noqa: E402
 
 DATA_SYSCALLS = ("read", "write", "recvfrom", "sendto", "readv", "writev", "recvmsg", "sendmsg", "sendfile64")
 UDP_SYSCALL_TRACEPOINTS = [
@@ -137,7 +139,7 @@ def main() -> int:
     p.add_argument("--configs", help="comma-separated subset of: " + ", ".join(["none", *GROUPS, "empty-syscalls (18)", "empty-raw (2)", "empty-sock (3)", "otelbpf run"]) + " (prefixes work)")
     p.add_argument("--output", type=Path, help="also write the results as JSON here")
     args = p.parse_args()
-    bench_args = nw.parse_args(["--noise-retries", "2", "--quiet-wait", "20"])
+    bench_args = nginx_wrk.parse_args(["--noise-retries", "2", "--quiet-wait", "20"])
     children = Children()
     workdir = Path(tempfile.mkdtemp(prefix="otelbpf-bench-tax-"))
     probes = None
@@ -145,7 +147,7 @@ def main() -> int:
         preflight(bench_args)
         from bcc import BPF
 
-        bench = nw.Bench(bench_args, children, workdir)
+        bench = Bench(bench_args, children, workdir)
         bench.start()
         dummy = bench.dummy_pid()
         probes = Probes(dummy)
@@ -222,7 +224,7 @@ def main() -> int:
             summary[config] = {"median_rps": round(med, 1), "ratio": round(med / base, 3), "paired_ratio": round(paired, 3), "runs": [round(r, 1) for r in results[config]]}
             rows.append([config, f"{med:,.0f}", f"{med / base:.3f}x", f"{paired:.3f}x", " ".join(f"{r / 1000:.1f}k" for r in results[config])])
         print()
-        print(nw.table(["attached", "median req/s", "vs none", "per-round", "rounds"], rows))
+        print(table(["attached", "median req/s", "vs none", "per-round", "rounds"], rows))
         print("  (vs none: ratio of medians; per-round: median of each round's ratio to that round's 'none')")
         if args.output:
             args.output.write_text(json.dumps(summary, indent=2) + "\n")

@@ -40,11 +40,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import nginx_wrk as nw  # noqa: E402
+import nginx_wrk  # noqa: E402 - its options, with their defaults
 from wrkbench.console import BenchError  # noqa: E402
 from wrkbench.machine import preflight  # noqa: E402
 from wrkbench.processes import Children, taskset  # noqa: E402
 from wrkbench.procfs import CLK_TCK, proc_cpu_ticks  # noqa: E402
+from wrkbench.runs import Bench  # noqa: E402
 from wrkbench.span_counting import CountingReceiver  # noqa: E402
 
 
@@ -223,14 +224,14 @@ def main() -> int:
     args = p.parse_args()
 
     extra = [*(["--repo", args.repo] if args.repo else []), *(["--agent-python", args.agent_python] if args.agent_python else [])]
-    bench_args = nw.parse_args(["--agent-cpus", args.agent_cpus, *extra, *[f"--agent-arg={a}" for a in args.agent_arg]])
+    bench_args = nginx_wrk.parse_args(["--agent-cpus", args.agent_cpus, *extra, *[f"--agent-arg={a}" for a in args.agent_arg]])
     children = Children()
     workdir = Path(tempfile.mkdtemp(prefix="otelbpf-bench-profile-"))
     receiver = None
     try:
         preflight(bench_args)
         py_spy = None if args.perf else find_py_spy(args.py_spy)
-        bench = nw.Bench(bench_args, children, workdir)
+        bench = Bench(bench_args, children, workdir)
         bench.start()
         json_file = workdir / "spans.json"
         if args.sink == "jsonfile":
