@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,8 +49,8 @@ IN, OUT = Direction.INGRESS, Direction.EGRESS
 def test_fast_path_is_built() -> None:
     """CI builds it (setup.py fails there otherwise); a local pure install must say so."""
     if not fastpath.available() and os.environ.get("OTELBPF_ALLOW_PURE") == "1" and not os.environ.get("CI"):
-        pytest.skip("OTELBPF_ALLOW_PURE=1: the compiled fast path is not built")
-    assert fastpath.available(), "otelbpf.fastpath.http1 is not built: .venv/bin/python setup.py build_ext --inplace"
+        pytest.skip(f"OTELBPF_ALLOW_PURE=1: {fastpath.UNAVAILABLE}")
+    assert fastpath.available(), fastpath.UNAVAILABLE
     assert type(default_registry().detectors()[1]).__name__ == "FastHttp1Detector"
 
 
@@ -492,3 +494,20 @@ def test_in_the_middle_of_a_body_the_reference_takes_over_where_it_stands(case: 
     # the body's first piece was the fast path's; then it handed over in the middle (but for the
     # kept limit, which it follows itself)
     assert fast_detector.counts.take() == ((1, 0) if case == "a body past the kept limit" else (0, 1))
+
+
+def test_pure_modules_leave_the_fast_path_off_with_the_reason() -> None:
+    """OTELBPF_PURE=1 runs the reference modules as plain Python; the fast path, built
+    against their compiled types, is then off and says why (it used to fail the import
+    of the registry with Cython's "size changed" error)."""
+    code = (
+        "from otelbpf import fastpath\n"
+        "from otelbpf.registry import default_registry\n"
+        "print(fastpath.available(), type(default_registry().detectors()[1]).__name__)\n"
+        "print(fastpath.UNAVAILABLE)\n"
+    )
+    env = {**os.environ, "OTELBPF_PURE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
+    available, detector = out.stdout.splitlines()[0].split()
+    assert (available, detector) == ("False", "Http1Detector")
+    assert "needs the compiled reference modules" in out.stdout.splitlines()[1]

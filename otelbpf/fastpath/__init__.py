@@ -20,10 +20,20 @@ import os
 from protocols.base import Direction
 from protocols.http1.detect import Http1Detector
 
+#: Why the fast path is not available here, or "" when it is.
+UNAVAILABLE = ""
 try:
     from otelbpf.fastpath.http1 import FastCounts, FastHttp1Session
 except ImportError:  # not built (no compiler): the reference takes all traffic
     FastCounts = FastHttp1Session = None  # type: ignore[assignment,misc]
+    UNAVAILABLE = "the compiled fast path is not built (setup.py build_ext --inplace)"
+except (ValueError, TypeError) as exc:
+    # Built against the compiled reference types (protocols/http1/types), and those
+    # imported are not them: OTELBPF_PURE=1, or a reference module edited since its
+    # extension was built (protocols/_fresh.py then loads its .py). Cython says
+    # "... size changed, may indicate binary incompatibility".
+    FastCounts = FastHttp1Session = None  # type: ignore[assignment,misc]
+    UNAVAILABLE = f"the compiled fast path needs the compiled reference modules ({exc})"
 
 #: Set to "0" to send every connection through the reference.
 ENV = "OTELBPF_FAST_PATH"
@@ -56,7 +66,7 @@ class FastHttp1Detector(Http1Detector):
 
     def __init__(self, body_limit: int = 0, report_progress: bool = False, progress_filter=None) -> None:
         if not available():
-            raise RuntimeError("the compiled fast path is not built (setup.py build_ext --inplace)")
+            raise RuntimeError(UNAVAILABLE)
         super().__init__(body_limit, report_progress, progress_filter)
         self.counts = FastCounts()
 
