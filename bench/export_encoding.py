@@ -39,12 +39,12 @@ from typing import Any, Callable, Mapping, Sequence
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from otelbpf.core.connections import Connection
+from otelbpf.core.identity import SpanStart, TraceGroup
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord, new_span_id, new_trace_id
 from otelbpf.export import jsonfile as jsonfile_module
 from otelbpf.export.encode import _encode_request_via_messages, encode_request, serialize_request
 from otelbpf.export.jsonfile import encode_json_line, to_otlp_json
 from otelbpf.otlp import wire as wire_module
-from otelbpf.core.identity import SpanStart, TraceGroup
-from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord, new_span_id, new_trace_id
 from otelbpf.semantics import SpanOptions
 from otelbpf.semantics.http1 import SEMANTICS as HTTP1_SEMANTICS
 from protocols.http1.types import HttpExchange, HttpRequest, HttpResponse

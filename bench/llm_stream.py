@@ -190,12 +190,12 @@ def in_process_round(events: list, taps: bool) -> tuple[float, int]:
 
     from pipeline_hot_path import EncodingSink, NoSource
 
-    from otelbpf.runtime.agent import live_pipeline
+    from otelbpf.core.selfmetrics import Counters
     from otelbpf.export import BatchSpanProcessor
+    from otelbpf.host.resources import ProcessResources
     from otelbpf.metrics import MeteredProcessor, SpanMetrics
     from otelbpf.registry import default_instruments
-    from otelbpf.host.resources import ProcessResources
-    from otelbpf.core.selfmetrics import Counters
+    from otelbpf.runtime.agent import live_pipeline
 
     counters = Counters()
     resources = ProcessResources(describe=lambda pid, comm: {"service.name": "llm", "process.pid": pid})

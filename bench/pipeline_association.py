@@ -26,9 +26,9 @@ from otelbpf.core.association import Linker
 from otelbpf.core.events import ConnOpen, DataEvent, RoleHint
 from otelbpf.core.identity import SpanStart, TraceGroup
 from otelbpf.core.model import new_span_id, new_trace_id
-from otelbpf.pipeline import Pipeline
-from otelbpf.host.resources import ProcessResources
 from otelbpf.core.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
+from otelbpf.pipeline import Pipeline
 from protocols.base import Direction
 
 GATEWAY, BACKEND = 1000, 2000

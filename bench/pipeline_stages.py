@@ -27,12 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.pipeline_hot_path import REQUEST, RESPONSE, EncodingSink, NoSource, workload  # noqa: E402
-from otelbpf.runtime.agent import live_pipeline  # noqa: E402
+from otelbpf.core.selfmetrics import Counters  # noqa: E402
 from otelbpf.export import BatchSpanProcessor  # noqa: E402
+from otelbpf.host.resources import ProcessResources  # noqa: E402
 from otelbpf.metrics import MeteredProcessor, SpanMetrics  # noqa: E402
 from otelbpf.registry import default_instruments  # noqa: E402
-from otelbpf.host.resources import ProcessResources  # noqa: E402
-from otelbpf.core.selfmetrics import Counters  # noqa: E402
+from otelbpf.runtime.agent import live_pipeline  # noqa: E402
 from protocols.base import Direction  # noqa: E402
 from protocols.http1 import Http1Session, HttpParser  # noqa: E402
 

@@ -380,13 +380,12 @@ def agent_child(argv: list[str]) -> int:
     import otelbpf.cli.doctor as doctor
     import otelbpf.cli.main as cli
     import otelbpf.cli.outputs as outputs
+    import otelbpf.profiles.profiler  # noqa: F401
+    import otelbpf.runtime.agent  # noqa: F401
     import otelbpf.runtime.gctune as gctune
     import otelbpf.sources.ringbuf as ringbuf
     from otelbpf.profiles.sampler import ProfileSampler
     from otelbpf.sources.ebpf import EbpfSource
-
-    import otelbpf.runtime.agent  # noqa: F401
-    import otelbpf.profiles.profiler  # noqa: F401
 
     child.stage("import the rest of otelbpf (cli, agent, sources, profiles)", "imports")
 

@@ -31,8 +31,8 @@ from otelbpf.core.events import (
     ConnClose,
     ConnOpen,
     ConnPeer,
-    DatagramEvent,
     DataEvent,
+    DatagramEvent,
     Event,
     LostEvents,
     ProcessExit,
@@ -40,9 +40,9 @@ from otelbpf.core.events import (
 )
 from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import SpanKind, SpanRecord
-from otelbpf.registry import Registry, default_registry
-from otelbpf.host.resources import ProcessResources
 from otelbpf.core.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
+from otelbpf.registry import Registry, default_registry
 from otelbpf.semantics.common import SpanOptions
 from protocols.base import (
     Exchange,

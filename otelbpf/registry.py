@@ -12,17 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from otelbpf import fastpath
-from otelbpf import semconv as sc
-from otelbpf.metrics import genai as genai_metrics
-from otelbpf.metrics import gpu as gpu_metrics
-from otelbpf.metrics import http1 as http1_metrics
-from otelbpf.metrics import http2 as http2_metrics
-from otelbpf.metrics import rtps as rtps_metrics
+from otelbpf import fastpath, semconv as sc
+from otelbpf.metrics import (
+    genai as genai_metrics,
+    gpu as gpu_metrics,
+    http1 as http1_metrics,
+    http2 as http2_metrics,
+    rtps as rtps_metrics,
+)
 from otelbpf.metrics.instruments import SpanHistogram
-from otelbpf.semantics import http1 as http1_semantics
-from otelbpf.semantics import http2 as http2_semantics
-from otelbpf.semantics import rtps as rtps_semantics
+from otelbpf.semantics import http1 as http1_semantics, http2 as http2_semantics, rtps as rtps_semantics
 from otelbpf.semantics.common import CallSemantics, SpanSemantics
 from protocols.base import Detector, Transport
 from protocols.http1 import Http1Detector

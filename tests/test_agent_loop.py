@@ -7,10 +7,10 @@ import select
 import threading
 import time
 
-from otelbpf.runtime.agent import IDLE_AFTER_EMPTY_DRAINS, IDLE_TICK_LAG_NS, IDLE_WAIT_MAX_S, Agent
 from otelbpf.core.events import ProcessExit
-from otelbpf.profiles.records import PROFILE_OFF_CPU, PROFILE_ON_CPU, StackSampleEvent
 from otelbpf.core.selfmetrics import Counters
+from otelbpf.profiles.records import PROFILE_OFF_CPU, PROFILE_ON_CPU, StackSampleEvent
+from otelbpf.runtime.agent import IDLE_AFTER_EMPTY_DRAINS, IDLE_TICK_LAG_NS, IDLE_WAIT_MAX_S, Agent
 
 
 class BacklogSource:

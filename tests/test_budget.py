@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from otelbpf.runtime.budget import STEP_PERMILLE, CpuBudget
 from otelbpf.core.events import ConnClose, Source
 from otelbpf.core.model import SpanKind
+from otelbpf.runtime.budget import STEP_PERMILLE, CpuBudget
 from tests.test_pipeline import GET, IN, OK, OUT, accepted, data, make_pipeline
 
 

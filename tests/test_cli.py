@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from otelbpf.export import read_json_file
 
 DATA = ROOT / "tests" / "data"

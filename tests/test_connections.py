@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 
 from otelbpf.core.connections import DETECT_MAX_EVENTS, ConnectionTable
-from otelbpf.core.events import ConnOpen, DatagramEvent, DataEvent, RoleHint, Source
+from otelbpf.core.events import ConnOpen, DataEvent, DatagramEvent, RoleHint, Source
 from otelbpf.core.selfmetrics import Counters
 from protocols.base import Direction, ExchangeStarted, Outcome
 from protocols.http1 import Http1Detector

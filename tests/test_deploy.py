@@ -25,8 +25,8 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
-from conftest import ROOT
 
+from conftest import ROOT
 from otelbpf.cli.main import build_parser
 
 DEPLOY = ROOT / "deploy"

@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import socket
 
-from otelbpf.host import procfs
 from otelbpf.core.events import ConnOpen
+from otelbpf.host import procfs
 from otelbpf.sources.early_tuples import EarlyTuples
 
 

@@ -18,8 +18,9 @@ import sys
 from collections import Counter, defaultdict
 
 import pytest
-from conftest import EXAMPLES
 from otlp_receiver import OtlpReceiver, attributes_dict
+
+from conftest import EXAMPLES
 
 pytest.importorskip("cyclonedds")
 pytestmark = pytest.mark.ebpf
@@ -243,10 +244,9 @@ def test_retransmissions_after_loss_are_not_counted_twice(agent, lossy_namespace
     # the wire really carried repairs: some image samples were sent more than once
     # (tcpdump sees packets before netfilter drops them)
     sys.path.insert(0, str(EXAMPLES.parent))
-    from protocols.rtps import wire
-
     from otelbpf.core.events import DatagramEvent
     from otelbpf.sources.pcap import PcapSource
+    from protocols.rtps import wire
 
     sends = Counter()
     for event in PcapSource(str(capture), perspective="server").events():

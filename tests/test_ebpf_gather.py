@@ -26,7 +26,6 @@ import time
 import pytest
 
 from conftest import ROOT
-
 from otelbpf.core.events import DataEvent, DataFlags
 from protocols.base import Direction
 

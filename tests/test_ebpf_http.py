@@ -14,9 +14,9 @@ import sys
 import time
 
 import pytest
-from conftest import EXAMPLES, ROOT
 from otlp_receiver import ReceivedSpan, attributes_dict
 
+from conftest import EXAMPLES, ROOT
 from otelbpf.export import read_json_file
 
 pytestmark = pytest.mark.ebpf

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, AgentProcess
 from otlp_receiver import OtlpReceiver, attributes_dict
 
+from conftest import ROOT, AgentProcess
 from otelbpf.profiles.export import read_profiles_json_file
 from otelbpf.profiles.stacks import VERIFY_ENV as VERIFY_UNWIND
 

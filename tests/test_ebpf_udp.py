@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from otelbpf.core.events import ConnOpen, DatagramEvent, DataEvent
+from otelbpf.core.events import ConnOpen, DataEvent, DatagramEvent
 from protocols.base import Direction
 
 pytestmark = pytest.mark.ebpf

@@ -6,8 +6,8 @@ import io
 import time
 from typing import Any, Mapping
 
-from otelbpf.export import ConsoleSink, SpanBatch
 from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
+from otelbpf.export import ConsoleSink, SpanBatch
 
 
 class StaticResources(ResourceLookup):

@@ -6,9 +6,9 @@ import time
 from typing import Any, Mapping
 
 import otelbpf
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
 from otelbpf.export import SpanBatch, encode_request
 from otelbpf.export.encode import serialize_request
-from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
 
 TRACE_ID = bytes(range(1, 17))
 SPAN_ID = bytes(range(17, 25))

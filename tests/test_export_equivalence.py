@@ -19,22 +19,22 @@ import threading
 from typing import Any, Mapping
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 
 import otelbpf
-from otelbpf.export import SpanBatch, encode_request, from_otlp_json, to_otlp_json
-from otelbpf.export import jsonfile as jsonfile_module
-from otelbpf.export.encode import _encode_request_via_messages, _fill_span, _fill_span_defensively, serialize_request
-from otelbpf.otlp import wire as wire_module
-from otelbpf.otlp.wire import FragmentCache as _FragmentCache
-from otelbpf.otlp.wire import fill_attributes_safely as _fill_attributes_safely
-from otelbpf.otlp.wire import text as _text
-from otelbpf.otlp.wire import wire_key_value as _wire_key_value
-from otelbpf.export.jsonfile import _json_key_value, encode_json_line
 from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
+from otelbpf.export import SpanBatch, encode_request, from_otlp_json, jsonfile as jsonfile_module, to_otlp_json
+from otelbpf.export.encode import _encode_request_via_messages, _fill_span, _fill_span_defensively, serialize_request
+from otelbpf.export.jsonfile import _json_key_value, encode_json_line
+from otelbpf.otlp import wire as wire_module
+from otelbpf.otlp.wire import (
+    FragmentCache as _FragmentCache,
+    fill_attributes_safely as _fill_attributes_safely,
+    text as _text,
+    wire_key_value as _wire_key_value,
+)
 
 # --- the reference: encode_request as it was before the wire encoder ---------
 

@@ -10,8 +10,8 @@ from typing import Any, Mapping
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otelbpf.export import JsonFileSink, SpanBatch, from_otlp_json, read_json_file, to_otlp_json
 from otelbpf.core.model import ResourceLookup, SpanKind, SpanLink, SpanRecord, StatusCode
+from otelbpf.export import JsonFileSink, SpanBatch, from_otlp_json, read_json_file, to_otlp_json
 
 
 class StaticResources(ResourceLookup):

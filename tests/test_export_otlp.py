@@ -11,12 +11,12 @@ from typing import Any, Mapping
 
 import grpc
 import pytest
+from otlp_receiver import OtlpReceiver, free_port, otlp_receiver  # noqa: F401 - fixture
 
-from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink, OtlpHttpSink, SpanBatch, make_otlp_sink
-from otelbpf.otlp import TRACES, resolve_transport, signal_url
 from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
 from otelbpf.core.selfmetrics import Counters
-from otlp_receiver import OtlpReceiver, free_port, otlp_receiver  # noqa: F401 - fixture
+from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink, OtlpHttpSink, SpanBatch, make_otlp_sink
+from otelbpf.otlp import TRACES, resolve_transport, signal_url
 
 OTLP_ENV = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",

@@ -9,15 +9,14 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator, Mapping
 
 import pytest
-
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from otlp_receiver import OtlpReceiver, free_port
 
-from otelbpf.export import BatchSpanProcessor, SpanBatch, SpanSink, make_otlp_sink
-from otelbpf.export import EncodedSpanBatch
-from otelbpf.export.encode import serialize_request
 from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
 from otelbpf.core.selfmetrics import Counters
-from otlp_receiver import OtlpReceiver, free_port
+from otelbpf.export import BatchSpanProcessor, EncodedSpanBatch, SpanBatch, SpanSink, make_otlp_sink
+from otelbpf.export.encode import serialize_request
+
 
 class StaticResources(ResourceLookup):
     def __init__(self, by_pid: Mapping[int, Mapping[str, Any]]) -> None:

@@ -26,17 +26,16 @@ import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from otelbpf import fastpath
+from otelbpf.cli.replay import replay_spans
 from otelbpf.core.events import ConnOpen, DataEvent, RoleHint
+from otelbpf.core.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
 from otelbpf.metrics import SpanMetrics
 from otelbpf.pipeline import Pipeline
 from otelbpf.registry import default_registry
-from otelbpf.cli.replay import replay_spans
-from otelbpf.host.resources import ProcessResources
-from otelbpf.core.selfmetrics import Counters
 from otelbpf.semantics import genai
 from protocols.base import Direction, ExchangeProgress
 from protocols.http1 import Http1Detector

@@ -8,9 +8,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import EXAMPLES, ROOT
 from otlp_receiver import OtlpReceiver, free_port
 
+from conftest import EXAMPLES, ROOT
 from otelbpf.otlp.hints import speaks, wrong_transport
 
 

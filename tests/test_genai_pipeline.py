@@ -11,8 +11,8 @@ import json
 
 from otelbpf import semconv as sc
 from otelbpf.cli.main import build_parser
-from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.core.model import SpanKind
+from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.semantics import genai
 from otelbpf.semantics.common import SpanOptions
 from protocols.base import Direction

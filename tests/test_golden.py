@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from otelbpf.core.model import SpanKind, SpanRecord, StatusCode
 from otelbpf.cli.replay import replay_spans
+from otelbpf.core.model import SpanKind, SpanRecord, StatusCode
 from otelbpf.sources.pcap import PcapSource
 
 GOLDEN = Path(__file__).parent / "golden"

@@ -7,10 +7,10 @@ import subprocess
 import time
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 from test_pipeline import IN, OUT, accepted, data, make_pipeline
 
+from conftest import ROOT
 from otelbpf.cli.durations import parse_duration_ns
 from otelbpf.core.events import CallEvent, ProcessStart
 from otelbpf.core.model import StatusCode
@@ -18,7 +18,6 @@ from otelbpf.semantics import gpu, gpu_functions, nccl_lateness
 from otelbpf.sources import gpu as gpu_probes
 from otelbpf.sources.libraries import is_candidate
 from otelbpf.sources.uprobes import ProbeSpec, resolve_symbols
-from conftest import ROOT
 
 STANDIN = ROOT / "examples" / "cuda_standin"
 GET = b"GET /infer HTTP/1.1\r\nHost: x\r\n\r\n"

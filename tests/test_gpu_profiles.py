@@ -18,9 +18,10 @@ from otelbpf import semconv as sc
 from otelbpf.core.events import CallEvent
 from otelbpf.core.identity import SpanStart, TraceGroup
 from otelbpf.core.model import SpanKind
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.profiles import gpu as gpu_profiles
-from otelbpf.profiles.model import FRAME_MARKER, FRAME_NATIVE, Frame
 from otelbpf.profiles.export import CPU_TIME
+from otelbpf.profiles.model import FRAME_MARKER, FRAME_NATIVE, Frame
 from otelbpf.profiles.profiler import Profiler
 from otelbpf.profiles.records import (
     PROFILE_GPU_CALL,
@@ -30,7 +31,6 @@ from otelbpf.profiles.records import (
     OffCpuEnd,
     StackSampleEvent,
 )
-from otelbpf.core.selfmetrics import Counters
 from otelbpf.semantics.gpu_calls import CudaCalls
 from otelbpf.semantics.gpu_state import GpuState
 from otelbpf.semantics.gpu_steps import EngineSteps

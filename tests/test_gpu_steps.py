@@ -197,8 +197,11 @@ def test_the_steps_of_an_exited_process_end_with_it():
 
 # -- robustness --------------------------------------------------------------------------
 
-from hypothesis import given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
+from hypothesis import (  # noqa: E402
+    given,
+    settings,
+    strategies as st,  # noqa: E402
+)
 
 FUNCTIONS = ["cudaMemcpy", "cudaMalloc", "cudaStreamSynchronize", "cuCtxSynchronize", "ncclAllReduce"]
 calls_strategy = st.lists(

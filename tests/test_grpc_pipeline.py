@@ -4,8 +4,8 @@ replayed as both processes' events -> spans (RPC conventions v1.44) and metrics.
 from __future__ import annotations
 
 from otelbpf import semconv as sc
-from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.core.model import SpanKind, StatusCode
+from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.semantics.grpc import emit_deprecated_names
 from protocols.base import Direction
 from protocols.http2.tests.traffic import GRPC_ALL, Conversation

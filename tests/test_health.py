@@ -8,12 +8,12 @@ import urllib.error
 import urllib.request
 
 import pytest
-from conftest import EXAMPLES
 from otlp_receiver import free_port
 
-from otelbpf.runtime.health import prometheus_text
-from otelbpf.metrics.agent import label_key
+from conftest import EXAMPLES
 from otelbpf.core.selfmetrics import Counters
+from otelbpf.metrics.agent import label_key
+from otelbpf.runtime.health import prometheus_text
 
 
 def get(port: int, path: str) -> tuple[int, str]:

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+
 from conftest import EXAMPLES, ROOT
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (unshare, capsh, setpriv)")

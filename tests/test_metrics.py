@@ -20,9 +20,14 @@ from typing import Any, Iterator, Mapping
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality, Metric
+from otlp_receiver import OtlpReceiver, attributes_dict, free_port, otlp_receiver  # noqa: F401 - fixture
 
 import otelbpf
 from otelbpf.core.connections import Connection
+from otelbpf.core.identity import SpanStart, TraceGroup
+from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
+from otelbpf.core.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
 from otelbpf.metrics import (
     MeteredProcessor,
     MetricsExporter,
@@ -39,17 +44,14 @@ from otelbpf.metrics import (
 from otelbpf.metrics.http1 import INSTRUMENTS as HTTP1_INSTRUMENTS
 from otelbpf.metrics.instruments import of_kind
 from otelbpf.otlp import METRICS, PROFILES, OtlpGrpcSink, OtlpHttpSink, resolve_transport, signal_url
-from otelbpf.semconv import HTTP_CLIENT_REQUEST_DURATION as CLIENT_DURATION
-from otelbpf.semconv import HTTP_DURATION_BOUNDARIES as DURATION_BOUNDARIES
-from otelbpf.semconv import HTTP_SERVER_REQUEST_DURATION as SERVER_DURATION
 from otelbpf.registry import default_instruments
-from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
-from otelbpf.host.resources import ProcessResources
-from otelbpf.core.selfmetrics import Counters
-from otelbpf.core.identity import SpanStart, TraceGroup
 from otelbpf.semantics import SpanOptions
 from otelbpf.semantics.http1 import SEMANTICS as HTTP1_SEMANTICS
-from otlp_receiver import OtlpReceiver, attributes_dict, free_port, otlp_receiver  # noqa: F401 - fixture
+from otelbpf.semconv import (
+    HTTP_CLIENT_REQUEST_DURATION as CLIENT_DURATION,
+    HTTP_DURATION_BOUNDARIES as DURATION_BOUNDARIES,
+    HTTP_SERVER_REQUEST_DURATION as SERVER_DURATION,
+)
 from protocols.base import Outcome
 from protocols.http1.types import HttpExchange, HttpRequest, HttpResponse
 

@@ -18,14 +18,11 @@ from typing import Callable
 
 import dpkt
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from otelbpf.core.events import ConnClose, ConnOpen, DataEvent, DatagramEvent, Event, RoleHint
-from otelbpf.sources.pcap import Perspective, link, streams
+from otelbpf.sources.pcap import Endpoint, PcapError, PcapSource, Perspective, link, replay as pcap_replay, streams
 from otelbpf.sources.pcap.fragments import Ipv4Fragments
-from otelbpf.sources.pcap import replay as pcap_replay
-from otelbpf.sources.pcap import Endpoint, PcapError, PcapSource
 from protocols.base import Direction
 
 DATA = Path(__file__).parent / "data"

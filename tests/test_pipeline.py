@@ -21,19 +21,19 @@ from otelbpf.core.events import (
     CallEvent,
     ConnClose,
     ConnOpen,
-    DatagramEvent,
     DataEvent,
+    DatagramEvent,
     ProcessExit,
     ProcessStart,
     RoleHint,
     Source,
 )
-from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.core.model import SpanKind, SpanRecord, StatusCode
+from otelbpf.core.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
+from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.pipeline import Pipeline
 from otelbpf.registry import Registry, default_registry
-from otelbpf.host.resources import ProcessResources
-from otelbpf.core.selfmetrics import Counters
 from otelbpf.semantics.common import outcome_status, span_record
 from protocols.base import Direction, ExchangeKind, ExchangeStarted, Outcome, Phase, Transport
 from tests import toy_protocol

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 from otlp_receiver import OtlpReceiver, attributes_dict, free_port, otlp_receiver  # noqa: F401 - fixture
 
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.profiles.encode import BUILD_ID, FRAME_TYPE, encode_profiles
 from otelbpf.profiles.export import (
     CPU_TIME,
@@ -45,7 +46,6 @@ from otelbpf.profiles.model import (
     Sample,
 )
 from otelbpf.profiles.types import CPU, GPU_ALLOC, OFF_CPU
-from otelbpf.core.selfmetrics import Counters
 
 T0 = 1_700_000_000_000_000_000
 TRACE_A, SPAN_A = bytes.fromhex("0af7651916cd43dd8448eb211c80319c"), bytes.fromhex("b7ad6b7169203331")

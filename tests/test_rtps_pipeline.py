@@ -6,12 +6,12 @@ import os
 import socket
 
 from otelbpf.core.events import DatagramEvent
-from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.core.model import SpanKind
+from otelbpf.core.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
+from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.pipeline import Pipeline
 from otelbpf.registry import default_registry
-from otelbpf.host.resources import ProcessResources
-from otelbpf.core.selfmetrics import Counters
 from protocols.base import Direction
 from protocols.rtps.tests import build
 

@@ -21,7 +21,6 @@ from .console import say
 from .pinning import Layout
 from .procfs import NOISY_CORES
 
-
 # --------------------------------------------------------------------------------------
 # numbers and tables
 # --------------------------------------------------------------------------------------

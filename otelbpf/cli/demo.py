@@ -171,12 +171,12 @@ def drive_dds(launcher: subprocess.Popen) -> None:
 
 
 def run_demo(args) -> int:
-    from otelbpf.runtime.agent import Agent, live_pipeline
-    from otelbpf.host.resources import ProcessResources
     from otelbpf.core.selfmetrics import Counters
-    from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
+    from otelbpf.host.resources import ProcessResources
     from otelbpf.profiles.profiler import Profiler
     from otelbpf.profiles.sampler import ProfileConfig
+    from otelbpf.runtime.agent import Agent, live_pipeline
+    from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
 
     missing = demo_prerequisites()
     if missing:

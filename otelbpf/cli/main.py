@@ -18,9 +18,9 @@ from otelbpf import __version__
 from otelbpf.cli import doctor, firstrun, outputs
 from otelbpf.cli.demo import run_demo
 from otelbpf.cli.durations import parse_duration_ns
-from otelbpf.runtime import gctune
 from otelbpf.otlp import OTLP_TRANSPORTS
 from otelbpf.profiles.sampler import DEFAULT_HZ as DEFAULT_PROFILE_HZ, MAX_HZ as MAX_PROFILE_HZ
+from otelbpf.runtime import gctune
 from otelbpf.semantics import gpu_steps
 
 log = logging.getLogger("otelbpf")
@@ -391,16 +391,15 @@ def _alone_in_autogroup(name: str) -> bool:
 
 
 def cmd_run(args) -> int:
-    from otelbpf.runtime.agent import Agent, live_pipeline
-    from otelbpf.semantics import gpu
-    from otelbpf.runtime.budget import CpuBudget
-    from otelbpf.host.resources import ProcessResources
     from otelbpf.core.selfmetrics import Counters
-    from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
-    from otelbpf.profiles.sampler import ProfileError
-    from otelbpf.semantics import SpanOptions
     from otelbpf.host.exclusions import ExcludingSource
+    from otelbpf.host.resources import ProcessResources
+    from otelbpf.profiles.sampler import ProfileError
+    from otelbpf.runtime.agent import Agent, live_pipeline
+    from otelbpf.runtime.budget import CpuBudget
     from otelbpf.runtime.health import HealthServer, Heartbeat
+    from otelbpf.semantics import SpanOptions, gpu
+    from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
 
     yield_cpu(args.nice)  # first: every thread created from here on inherits it
     try:
@@ -547,8 +546,8 @@ def cmd_run(args) -> int:
 def cmd_replay(args) -> int:
     from otelbpf.cli.replay import replay_resources, run_replay
     from otelbpf.core.selfmetrics import Counters
-    from otelbpf.sources.pcap import PcapError, PcapSource
     from otelbpf.semantics import SpanOptions
+    from otelbpf.sources.pcap import PcapError, PcapSource
 
     counters = Counters()
     try:

@@ -11,12 +11,12 @@ from __future__ import annotations
 from os import PathLike
 
 from otelbpf.core.model import SpanRecord
+from otelbpf.core.selfmetrics import Counters
+from otelbpf.host.resources import ProcessResources
 from otelbpf.pipeline import Pipeline, SpanConsumer
 from otelbpf.registry import default_registry
-from otelbpf.host.resources import ProcessResources
-from otelbpf.core.selfmetrics import Counters
-from otelbpf.sources.pcap import PcapSource, Perspective
 from otelbpf.semantics import SpanOptions, genai
+from otelbpf.sources.pcap import PcapSource, Perspective
 
 BATCH_SIZE = 1024
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Iterable
 
-from otelbpf.core.events import ConnOpen, DatagramEvent, DataEvent, DataFlags, RoleHint, Source
+from otelbpf.core.events import ConnOpen, DataEvent, DataFlags, DatagramEvent, RoleHint, Source
 from otelbpf.core.selfmetrics import Counters
 from protocols.base import Detector, Direction, Outcome, Session, SessionEvent, Transport
 

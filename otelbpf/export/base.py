@@ -23,8 +23,8 @@ from typing import Sequence
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from otelbpf.export.encode import serialize_parts, serialize_request
 from otelbpf.core.model import ResourceLookup, SpanRecord
+from otelbpf.export.encode import serialize_parts, serialize_request
 from otelbpf.otlp.sink import FailureLog, Sink
 
 __all__ = ["EncodedSpanBatch", "FailureLog", "SpanBatch", "SpanSink"]

@@ -29,8 +29,8 @@ from datetime import datetime
 from typing import Iterator, TextIO
 
 from otelbpf import semconv as sc
-from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
 from otelbpf.core.model import SpanKind, SpanRecord, StatusCode
+from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
 
 _log = logging.getLogger(__name__)
 

@@ -51,10 +51,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 import otelbpf
 from otelbpf.core.model import ResourceLookup, SpanRecord
 from otelbpf.otlp.wire import (
+    FIXED64,
     TABLE_SIZE,
     UINT64_MAX,
     VARINTS,
-    FIXED64,
     Unusual,
     bounded_int,
     fill_attributes,

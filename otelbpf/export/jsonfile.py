@@ -44,11 +44,12 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 import otelbpf
+from otelbpf.core.model import ResourceLookup, SpanRecord
 from otelbpf.export.base import SpanBatch
 from otelbpf.export.encode import group_spans, span_message
-from otelbpf.core.model import ResourceLookup, SpanRecord
 from otelbpf.otlp.jsonlines import JsonLinesSink, go_escaped, read_json_lines
 from otelbpf.otlp.wire import UINT64_MAX, FragmentCache, Unusual, fill_attributes_safely, resource_attributes, text
+
 
 class JsonFileSink(JsonLinesSink[SpanBatch]):
     """Appends one OTLP/JSON line per span batch to ``path`` (``encode_json_line``)."""

@@ -26,11 +26,11 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from otelbpf.core.model import ResourceLookup, SpanRecord
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.export.base import EncodedSpanBatch, SpanBatch, SpanSink
 from otelbpf.export.encode import wire_part
-from otelbpf.core.model import ResourceLookup, SpanRecord
 from otelbpf.otlp.queue import BatchQueue, CounterNames, RetryPolicy, setting
-from otelbpf.core.selfmetrics import Counters
 
 DEFAULT_MAX_QUEUE_SIZE = 65536
 DEFAULT_MAX_BATCH_SIZE = 512

@@ -37,7 +37,6 @@ from otelbpf.metrics.sinks import (
     read_metrics_json_file,
 )
 
-
 __all__ = [
     "OVERFLOW_ATTRIBUTE",
     "HistogramPoint",

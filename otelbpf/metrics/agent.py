@@ -36,13 +36,13 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 import otelbpf
-from otelbpf.host import procfs
 from otelbpf import semconv as sc
-from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED
 from otelbpf.core.model import AttributeValue
+from otelbpf.core.selfmetrics import DESCRIPTIONS, Counters
+from otelbpf.host import procfs
 from otelbpf.host.identity import container_ids, node_host_name
 from otelbpf.host.resources import parse_resource_attributes
-from otelbpf.core.selfmetrics import DESCRIPTIONS, Counters
+from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED
 
 _log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from otelbpf.core.model import SpanRecord
 from otelbpf.metrics.exporter import MetricsExporter
 from otelbpf.metrics.histograms import SpanMetrics
-from otelbpf.core.model import SpanRecord
 
 
 class SpanProcessor(Protocol):

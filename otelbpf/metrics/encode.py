@@ -26,9 +26,9 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 
 import otelbpf
+from otelbpf.core.model import AttributeValue
 from otelbpf.metrics.agent import AgentMetrics
 from otelbpf.metrics.histograms import HistogramPoint, ProcessHistograms
-from otelbpf.core.model import AttributeValue
 from otelbpf.otlp.wire import fill_attributes_checked, fill_attributes_safely
 
 SCOPE_NAME = "otelbpf"

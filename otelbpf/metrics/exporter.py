@@ -32,6 +32,8 @@ from typing import Callable, Mapping, Sequence
 
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 
+from otelbpf.core.model import AttributeValue
+from otelbpf.core.selfmetrics import Counters
 from otelbpf.metrics.agent import (
     EXPORT_FAILURES,
     EXPORTS,
@@ -44,8 +46,6 @@ from otelbpf.metrics.agent import (
 from otelbpf.metrics.encode import DEFAULT_MAX_POINTS, encode_metrics
 from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED, ProcessHistograms, SpanMetrics
 from otelbpf.metrics.sinks import MetricSink
-from otelbpf.core.model import AttributeValue
-from otelbpf.core.selfmetrics import Counters
 
 _log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ from __future__ import annotations
 from typing import Callable
 
 from otelbpf import semconv as sc
-from otelbpf.metrics.instruments import SpanHistogram, duration_seconds
 from otelbpf.core.model import SpanKind, SpanRecord
+from otelbpf.metrics.instruments import SpanHistogram, duration_seconds
 
 ATTRIBUTES: tuple[str, ...] = (
     sc.GEN_AI_OPERATION_NAME,

@@ -16,8 +16,8 @@ operation. GPU memory reserved is a gauge per process (otelbpf/semantics/gpu_sta
 from __future__ import annotations
 
 from otelbpf import semconv as sc
-from otelbpf.metrics.instruments import SpanHistogram, duration_seconds
 from otelbpf.core.model import SpanRecord
+from otelbpf.metrics.instruments import SpanHistogram, duration_seconds
 
 
 def _always(span: SpanRecord) -> bool:

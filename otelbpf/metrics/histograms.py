@@ -54,8 +54,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from otelbpf import semconv as sc
-from otelbpf.metrics.instruments import SpanHistogram
 from otelbpf.core.model import AttributeValue, ResourceLookup, SpanKind, SpanRecord
+from otelbpf.metrics.instruments import SpanHistogram
 
 _log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ never become metric attributes (unbounded cardinality).
 from __future__ import annotations
 
 from otelbpf import semconv as sc
-from otelbpf.metrics.instruments import SpanHistogram, of_kind
 from otelbpf.core.model import SpanKind
+from otelbpf.metrics.instruments import SpanHistogram, of_kind
 
 SERVER_ATTRIBUTES: tuple[str, ...] = (
     sc.HTTP_REQUEST_METHOD,

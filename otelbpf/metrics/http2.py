@@ -12,9 +12,9 @@ so SpanMetrics sorts the instruments by kind once and calls nothing per span.
 from __future__ import annotations
 
 from otelbpf import semconv as sc
+from otelbpf.core.model import SpanKind
 from otelbpf.metrics import http1 as http1_metrics
 from otelbpf.metrics.instruments import SpanHistogram, of_kind
-from otelbpf.core.model import SpanKind
 
 RPC_ATTRIBUTES: tuple[str, ...] = (
     sc.RPC_SYSTEM_NAME,

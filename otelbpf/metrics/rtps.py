@@ -15,8 +15,8 @@ per-request); writer GUIDs and peer addresses never become metric attributes.
 from __future__ import annotations
 
 from otelbpf import semconv as sc
-from otelbpf.metrics.instruments import SpanHistogram
 from otelbpf.core.model import SpanKind, SpanRecord
+from otelbpf.metrics.instruments import SpanHistogram
 
 ATTRIBUTES: tuple[str, ...] = (
     sc.MESSAGING_SYSTEM,

@@ -42,8 +42,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol, Sequence, TypeVar
 
-from otelbpf.otlp.sink import Sink
 from otelbpf.core.selfmetrics import Counters
+from otelbpf.otlp.sink import Sink
 
 _log = logging.getLogger(__name__)
 

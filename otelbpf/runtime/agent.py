@@ -11,10 +11,10 @@ import time
 from typing import Protocol
 
 from otelbpf.core.events import Event
-from otelbpf.pipeline import Pipeline
-from otelbpf.profiles.records import PROFILE_ON_CPU, StackSampleEvent
 from otelbpf.core.reorder import ReorderBuffer
 from otelbpf.core.selfmetrics import Counters
+from otelbpf.pipeline import Pipeline
+from otelbpf.profiles.records import PROFILE_ON_CPU, StackSampleEvent
 from otelbpf.semantics import genai, gpu
 
 log = logging.getLogger("otelbpf")

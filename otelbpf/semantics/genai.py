@@ -56,8 +56,11 @@ from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import AttributeValue
 from protocols.base import ExchangeProgress, Phase
 from protocols.genai import Api, LlmCall, LlmFacts, Operation, V2GrpcCall
-from protocols.genai.llm import SseTap, tap_endpoint
-from protocols.genai.llm import match_endpoint  # genai.pxd cimports it: a C call
+from protocols.genai.llm import (
+    SseTap,
+    match_endpoint,  # genai.pxd cimports it: a C call
+    tap_endpoint,
+)
 from protocols.http1.types import HttpExchange
 
 #: LLM calls tracked at once (their state is bounded each: protocols/genai/llm.py).

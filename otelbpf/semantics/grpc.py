@@ -29,6 +29,7 @@ import os
 from collections import OrderedDict
 from typing import Hashable
 
+from otelbpf.core.model import AttributeValue, SpanKind, StatusCode
 from otelbpf.semconv import (
     ERROR_TYPE,
     GRPC_SERVER_ERROR_STATUSES,
@@ -47,7 +48,6 @@ from otelbpf.semconv import (
     SEMCONV_OPT_IN_ENV,
     SEMCONV_OPT_IN_RPC_DUP,
 )
-from otelbpf.core.model import AttributeValue, SpanKind, StatusCode
 from protocols.http2.types import Http2Exchange
 
 GRPC_CONTENT_TYPE = "application/grpc"

@@ -11,6 +11,20 @@ when some header field referred to an HPACK entry older than the agent
 
 from __future__ import annotations
 
+from otelbpf.core.association import pair_key
+from otelbpf.core.identity import SpanStart
+from otelbpf.core.model import AttributeValue, SpanKind, SpanRecord, StatusCode
+from otelbpf.semantics.common import (
+    SpanOptions,
+    http_request_extras,
+    http_response_status,
+    network_transport,
+    outcome_status,
+    peer_attributes,
+    span_record,
+)
+from otelbpf.semantics.grpc import PeerMethods, emit_deprecated_names, grpc_attributes, is_grpc
+from otelbpf.semantics.http1 import derive_route, split_host, split_target
 from otelbpf.semconv import (
     CLIENT_ADDRESS,
     CLIENT_PORT,
@@ -33,20 +47,6 @@ from otelbpf.semconv import (
     URL_QUERY,
     URL_SCHEME,
 )
-from otelbpf.core.identity import SpanStart
-from otelbpf.core.model import AttributeValue, SpanKind, SpanRecord, StatusCode
-from otelbpf.semantics.common import (
-    SpanOptions,
-    http_request_extras,
-    http_response_status,
-    network_transport,
-    outcome_status,
-    peer_attributes,
-    span_record,
-)
-from otelbpf.core.association import pair_key
-from otelbpf.semantics.grpc import PeerMethods, emit_deprecated_names, grpc_attributes, is_grpc
-from otelbpf.semantics.http1 import derive_route, split_host, split_target
 from protocols.http2.types import PROTOCOL, Http2Exchange
 
 

@@ -23,8 +23,8 @@ from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import AttributeValue, SpanKind, SpanLink, SpanRecord
 from otelbpf.semantics.common import SpanOptions, network_transport, outcome_status, peer_attributes, span_record
 from protocols.rtps.discovery import guid_text
-from protocols.rtps.wire import vendor_name
 from protocols.rtps.types import PROTOCOL, ROS2_REPLY_PREFIX, ROS2_REQUEST_PREFIX, ROS2_TOPIC_PREFIX, RtpsExchange
+from protocols.rtps.wire import vendor_name
 
 UNKNOWN_TOPIC = "(unknown topic)"
 _SENDING = (SpanKind.PRODUCER, SpanKind.CLIENT)

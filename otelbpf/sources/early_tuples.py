@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 from typing import Iterable
 
-from otelbpf.host import procfs
 from otelbpf.core.events import ConnOpen
+from otelbpf.host import procfs
 
 #: Bound on remembered sockets (a host traced with --all may hold many).
 MAX_SOCKETS = 65536

@@ -1,7 +1,7 @@
 """The toy protocol's metric instruments: one duration histogram per side."""
 
-from otelbpf.metrics.instruments import SpanHistogram, of_kind
 from otelbpf.core.model import SpanKind
+from otelbpf.metrics.instruments import SpanHistogram, of_kind
 
 INSTRUMENTS = (
     SpanHistogram(

@@ -21,8 +21,8 @@ from elftools.common.exceptions import ELFError
 from elftools.elf.elffile import ELFFile
 from elftools.elf.sections import SymbolTableSection
 
-from otelbpf.profiles.python import offsets as O
 from otelbpf.host.procfs import Mapping, executable_mappings
+from otelbpf.profiles.python import offsets as O
 
 #: Names of files that may hold the interpreter.
 _CANDIDATE = re.compile(r"^(lib)?python(\d)(?:\.(\d+))?")

@@ -23,7 +23,6 @@ import dpkt
 
 from otelbpf.sources.pcap.fragments import Ipv4Fragments
 
-
 _ETHERTYPE_IPV4 = 0x0800
 _ETHERTYPE_IPV6 = 0x86DD
 _ETHERTYPES_VLAN = frozenset((0x8100, 0x88A8, 0x9100))
