@@ -237,12 +237,15 @@ class FakeStackMap:
 
 
 def test_kernel_stacks_are_read_whole_and_released_after_their_last_use():
-    from otelbpf.profiles.sampler import KERNEL_STACK_HOLD_DRAINS, ProfileConfig, ProfileSampler
+    from otelbpf.profiles.sampler import KERNEL_STACK_HOLD_DRAINS, KERNEL_STACK_HOLD_S, ProfileConfig, ProfileSampler
 
     table = FakeStackMap({1: [0xA, 0xB], 2: [0xC], 3: []})
     sampler = ProfileSampler({"kernel_stacks": table}, ProfileConfig(), 0)
+    clock = [100.0]
+    sampler._clock = lambda: clock[0]
 
-    def drain(*ids):
+    def drain(*ids, after_s: float = KERNEL_STACK_HOLD_S):
+        clock[0] += after_s
         seen: dict = {}
         got = [sampler._kernel_stack(i, seen) for i in ids]
         sampler._release_kernel_stacks(seen)
@@ -258,6 +261,35 @@ def test_kernel_stacks_are_read_whole_and_released_after_their_last_use():
     for _ in range(KERNEL_STACK_HOLD_DRAINS):
         drain()
     assert table.popped == [1, 2] and not sampler._held_stacks
+
+
+def test_kernel_stacks_are_held_a_second_however_often_the_agent_drains():
+    """An agent busy with traffic drains every few milliseconds: a sleeper's stack, named
+    again every 50 ms, must not expire between two of its samples (a sample taken just
+    before the delete and read after it would lose its kernel frames)."""
+    from otelbpf.profiles.sampler import KERNEL_STACK_HOLD_DRAINS, KERNEL_STACK_HOLD_S, ProfileConfig, ProfileSampler
+
+    table = FakeStackMap({1: [0xA, 0xB]})
+    sampler = ProfileSampler({"kernel_stacks": table}, ProfileConfig(), 0)
+    clock = [100.0]
+    sampler._clock = lambda: clock[0]
+
+    def drain(*ids):
+        clock[0] += 0.002
+        seen: dict = {}
+        got = [sampler._kernel_stack(i, seen) for i in ids]
+        sampler._release_kernel_stacks(seen)
+        return got
+
+    for _ in range(40):  # 2 s of drains every 2 ms, the sleeper's sample every 25th
+        for _ in range(24):
+            drain()
+        assert drain(1) == [(0xA, 0xB)]
+    assert table.popped == []
+    while clock[0] < 102.0 + KERNEL_STACK_HOLD_S:  # it stops sleeping: released a second later
+        drain()
+    assert table.popped == [1] and not sampler._held_stacks
+    assert 24 > KERNEL_STACK_HOLD_DRAINS  # the drain count alone would have released it
 
 
 def test_the_profile_ring_is_read_before_busy_cpus_could_fill_it(monkeypatch):

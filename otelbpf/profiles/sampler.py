@@ -52,8 +52,10 @@ THREAD_RESCAN_S = 1.0
 NEW_THREAD_RESCAN_S = 0.005
 #: Threads per process remembered as not listed by the interpreter (native threads).
 MAX_UNLISTED_THREADS = 4096
-#: A kernel stack is deleted from the stack map this many drains after the last sample that named it.
+#: A kernel stack is deleted from the stack map this many drains, and at least
+#: KERNEL_STACK_HOLD_S seconds, after the last sample that named it.
 KERNEL_STACK_HOLD_DRAINS = 3
+KERNEL_STACK_HOLD_S = 1.0
 #: With off-CPU samples on, the ring is not left unread longer than this (ProfileSampler.unread_limit_s).
 OFF_CPU_UNREAD_LIMIT_S = 0.1
 
@@ -155,9 +157,11 @@ class ProfileSampler:
         self._thread_scan: dict[int, float] = {}
         #: pid -> tids a re-read looked for and did not find (native threads)
         self._unlisted: dict[int, set[int]] = {}
-        #: kernel stacks read and not yet deleted from the stack map: id -> addresses, id -> drain last named
+        #: kernel stacks read and not yet deleted from the stack map: id -> addresses,
+        #: id -> (drain, monotonic time) it was last named
         self._held_stacks: dict[int, tuple[int, ...]] = {}
-        self._stack_last_drain: dict[int, int] = {}
+        self._stack_last_drain: dict[int, tuple[int, float]] = {}
+        self._clock = time.monotonic
         self._drains = 0
         #: this thread's CPU spent decoding samples (the profiler reports it: otelbpf.profiles.cpu_time)
         self.cpu_ns = 0
@@ -271,19 +275,25 @@ class ProfileSampler:
         the same stack stores it again), but only when no sample named them
         for KERNEL_STACK_HOLD_DRAINS drains. A sample taken while a drain reads
         the stack gets the same id (same stack, same bucket) and arrives in a
-        later drain: deleted at once, its kernel frames would be lost."""
+        later drain: deleted at once, its kernel frames would be lost.
+
+        The hold is in time too: an agent busy with traffic drains every few
+        milliseconds, and a stack named by a thread that blocks again and again
+        (a sleeper, a lock waiter) would otherwise expire between two of its
+        samples and race the next one: taken before the delete, read after it."""
         self._drains += 1
+        now = self._clock()
         last_drain = self._stack_last_drain
         for stack_id, addrs in seen.items():
             if addrs:  # one that could not be read is not held: the next sample naming it reads again
                 self._held_stacks[stack_id] = addrs
                 last_drain.pop(stack_id, None)  # to the end: the dict stays ordered by last drain
-                last_drain[stack_id] = self._drains
-        if not last_drain or self._drains - next(iter(last_drain.values())) < KERNEL_STACK_HOLD_DRAINS:
+                last_drain[stack_id] = (self._drains, now)
+        if not last_drain or not self._due(next(iter(last_drain.values())), now):
             return  # the oldest is not due: none is (every drain, so this is the usual path)
         expired = []
         for stack_id, last in last_drain.items():
-            if self._drains - last < KERNEL_STACK_HOLD_DRAINS:
+            if not self._due(last, now):
                 break
             expired.append(stack_id)
         table = self._bpf["kernel_stacks"]
@@ -291,6 +301,10 @@ class ProfileSampler:
             del last_drain[stack_id]
             del self._held_stacks[stack_id]
             table.pop(ctypes.c_int(stack_id), None)
+
+    def _due(self, last: tuple[int, float], now: float) -> bool:
+        """A held stack last named at ``last`` (drain, time) may be deleted."""
+        return self._drains - last[0] >= KERNEL_STACK_HOLD_DRAINS and now - last[1] >= KERNEL_STACK_HOLD_S
 
     # -- CPython processes ------------------------------------------------
 
