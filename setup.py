@@ -93,4 +93,34 @@ def native_extensions() -> list[Extension]:
     ]
 
 
-setup(ext_modules=extensions() + native_extensions())
+def extension_sources() -> list[str]:
+    """Every hand-written source an extension is built from, as the build reads it (the
+    compiled modules' .py and .pxd, the fast path's .pyx, the native unwinder's .c):
+    what the image's build context must hold (tests/test_image_context.py)."""
+    sources = []
+    for name in compiled_modules():
+        stem = name.replace(".", "/")
+        sources += [stem + ".py"] + ([stem + ".pxd"] if (HERE / (stem + ".pxd")).exists() else [])
+    sources += [name.replace(".", "/") + ".pyx" for name in fast_path_modules()]
+    for ext in native_extensions():
+        sources += ext.sources
+    return sources
+
+
+#: The demo's example services (otelbpf/bundled.py's DEMO_SERVICES).
+DEMO_SERVICES = ["http_backend.py", "http_gateway.py", "grpc_service.py", "openai_mock_server.py"]
+
+
+def data_files() -> list[tuple[str, list[str]]]:
+    """Files installed beside the package, under <prefix>/share/otelbpf: the probes' C
+    sources (BCC compiles them at start-up) and the demo's services. An installed wheel
+    (the image) finds them there from its own location (otelbpf/bundled.py)."""
+    probes = sorted(str(p.relative_to(HERE)) for p in (HERE / "bpf").iterdir() if p.suffix in (".c", ".h"))
+    return [
+        ("share/otelbpf/bpf", probes),
+        ("share/otelbpf/examples", [f"examples/{name}" for name in DEMO_SERVICES]),
+    ]
+
+
+if __name__ == "__main__":  # (setuptools' build backend runs this file as __main__)
+    setup(ext_modules=extensions() + native_extensions(), data_files=data_files())

@@ -30,8 +30,8 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
+from otelbpf import bundled
 from otelbpf.cli.doctor import preflight
 from otelbpf.cli.outputs import build_consumer, build_profile_exporters
 from otelbpf.semantics.gpu_state import state_of
@@ -39,9 +39,9 @@ from otelbpf.semantics.gpu_state import state_of
 log = logging.getLogger("otelbpf")
 #: The demo is short and its services are light: sample often enough that they show in the flame graph.
 DEMO_PROFILE_HZ = 499
-#: The example services: beside the package in a checkout; in the image,
-#: where deploy/Dockerfile puts them (OTELBPF_EXAMPLES).
-EXAMPLES = Path(os.environ.get("OTELBPF_EXAMPLES") or Path(__file__).resolve().parents[1] / "examples")
+#: The example services: the checkout's examples/, or those an installed wheel put under
+#: <prefix>/share/otelbpf/examples (the image), or OTELBPF_EXAMPLES (otelbpf/bundled.py).
+EXAMPLES = bundled.EXAMPLES.locate()
 
 
 def start_service(args: list[str]) -> tuple[subprocess.Popen, int]:
@@ -148,9 +148,9 @@ def demo_prerequisites() -> str | None:
     """What the demo needs besides the agent, said before anything starts."""
     if shutil.which("curl") is None:
         return "needs curl to drive requests (apt-get install -y curl)"
-    for name in ("http_backend.py", "http_gateway.py", "grpc_service.py", "openai_mock_server.py"):
+    for name in bundled.DEMO_SERVICES:
         if not (EXAMPLES / name).is_file():
-            return f"example service {EXAMPLES / name} not found (set OTELBPF_EXAMPLES to the examples folder)"
+            return f"example service {EXAMPLES / name} not found ({bundled.EXAMPLES.hint()})"
     return None
 
 
@@ -268,4 +268,23 @@ def run_demo(args) -> int:
         samples = sum(v for k, v in stats.items() if k.startswith("otelbpf.profiles.samples{"))
         print(f"demo: {samples} stack samples; flame graph written to {flamegraph} (open it in a browser)")
     print(f"demo: self-metrics {json.dumps(stats)}")
-    return 0
+    problems = demo_problems(stats, args.json_file, flamegraph if source.profiles is not None else None)
+    for problem in problems:
+        print(f"otelbpf demo: FAILED: {problem}", file=sys.stderr)
+    return 1 if problems else 0
+
+
+def demo_problems(stats: dict[str, int], json_file: str, flamegraph: str | None) -> list[str]:
+    """What the demo promised and did not deliver: trace trees on the console, the OTLP
+    JSON file, the flame graph. A demo that traced nothing exits non-zero, so that
+    `make demo` (and CI, which runs it) cannot pass on an empty run."""
+    problems = []
+    if not stats.get("otelbpf.spans.created"):
+        problems.append("no span was traced (is this host able to trace? run `otelbpf doctor`)")
+    elif not stats.get("otelbpf.export.spans{console}"):
+        problems.append("no trace tree was printed")
+    if not os.path.isfile(json_file) or os.path.getsize(json_file) == 0:
+        problems.append(f"no OTLP JSON in {json_file}")
+    if flamegraph is not None and (not os.path.isfile(flamegraph) or os.path.getsize(flamegraph) == 0):
+        problems.append(f"no flame graph in {flamegraph}")
+    return problems

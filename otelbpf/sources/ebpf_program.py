@@ -23,9 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from otelbpf import bundled
 from otelbpf.sources import btf
 
-BPF_DIR = Path(os.environ.get("OTELBPF_BPF_DIR") or Path(__file__).resolve().parents[2] / "bpf")
+#: bpf/*.c: the checkout's, the installed wheel's, or OTELBPF_BPF_DIR (otelbpf/bundled.py).
+BPF_DIR = bundled.BPF.locate()
 
 MIN_CAPTURE_BYTES = 64
 #: Records are built in per-CPU scratch space twice the capture size (the
