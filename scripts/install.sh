@@ -26,6 +26,28 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 venv="${OTELBPF_VENV:-$here/.venv}"
 say() { printf 'install: %s\n' "$*"; }
 
+# The compiled modules (one list, in pyproject.toml) and their sources (.py, .pxd), the
+# compiled fast path ([tool.otelbpf] fast: .pyx, and a .pxd beside it) and the native
+# unwinder of profiles (plain C, setup.py native_extensions): what the stamp hashes, so
+# that editing any of them rebuilds. (Needs python3: called after the packages.)
+find_compiled_sources() {
+    local lists
+    lists=$(/usr/bin/python3 -c 'import sys, tomllib; t = tomllib.load(open(sys.argv[1], "rb"))["tool"]["otelbpf"]; print(" ".join(t["compiled"] + t.get("fast", [])))' "$here/pyproject.toml")
+    compiled_sources=()
+    for m in $lists; do
+        for f in "$here/${m//.//}.py" "$here/${m//.//}.pyx" "$here/${m//.//}.pxd"; do
+            [ -e "$f" ] && compiled_sources+=("$f")
+        done
+    done
+    compiled_sources+=("$here/otelbpf/profiles/native/_dwunwind.c")
+}
+
+if [ "${1:-}" = "--list-compiled-sources" ]; then  # what the stamp hashes (tests/test_compiled.py)
+    find_compiled_sources
+    printf '%s\n' "${compiled_sources[@]#"$here/"}"
+    exit 0
+fi
+
 if [ "$(id -u)" != 0 ]; then
     echo "install: must run as root (installs Debian packages, links kernel headers)" >&2
     exit 1
@@ -81,16 +103,7 @@ fi
 make -s -C "$here/examples/cuda_standin" && say "stand-in CUDA/NCCL libraries: examples/cuda_standin/build"
 make -s -C "$here/examples/fastdds" && say "Fast DDS nodes: examples/fastdds/build/image_node"
 
-# The compiled modules (one list, in pyproject.toml) and their sources (.py, .pxd).
-compiled=$(/usr/bin/python3 -c 'import sys, tomllib; print(" ".join(tomllib.load(open(sys.argv[1], "rb"))["tool"]["otelbpf"]["compiled"]))' "$here/pyproject.toml")
-compiled_sources=()
-for m in $compiled; do
-    for f in "$here/${m//.//}.py" "$here/${m//.//}.pxd"; do
-        [ -e "$f" ] && compiled_sources+=("$f")
-    done
-done
-# The native unwinder of profiles is plain C (setup.py native_extensions), checked alike.
-compiled_sources+=("$here/otelbpf/profiles/native/_dwunwind.c")
+find_compiled_sources
 # Each listed module must import as its extension, built after its sources changed.
 check_compiled='
 import importlib, importlib.machinery, os, sys
@@ -115,7 +128,7 @@ if [ ! -x "$venv/bin/python" ]; then
     say "creating venv $venv (Debian python3, with system site-packages for bcc)"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
 fi
-say "pip install -e .[test] (compiles: $compiled)"
+say "pip install -e .[test] (compiles the modules of pyproject.toml's [tool.otelbpf] compiled and fast)"
 # (some hosts' pip config names local mirrors that may be absent: drop those warnings)
 OTELBPF_REQUIRE_COMPILED=1 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$here[test]" 2>&1 | { grep -v '^WARNING: Location' || true; }
 "$venv/bin/python" -c 'import bcc, otelbpf, protocols' 

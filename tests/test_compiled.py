@@ -303,3 +303,17 @@ def test_ebpf_layout_compiled_and_pure_decode_the_same_events():
             decoder = module.RecordDecoder(123)
             results.append((_outcome(lambda: decoder.decode([raw])), decoder.malformed))
         assert results[0] == results[1], raw
+
+
+def test_the_install_stamp_covers_every_compiled_source():
+    """`make install` rebuilds when a compiled source changes: its stamp hashes every file
+    setup.py compiles (the fast path's .pyx once was not, and an edit there kept the old
+    extension with "venv up to date")."""
+    import runpy
+
+    listed = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "install.sh"), "--list-compiled-sources"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    built = runpy.run_path(str(ROOT / "setup.py"), run_name="setup_inspect")["extension_sources"]()
+    assert "otelbpf/fastpath/http1.pyx" in listed
+    assert set(built) <= set(listed), sorted(set(built) - set(listed))

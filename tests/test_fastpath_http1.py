@@ -20,6 +20,7 @@ same inputs and every difference fails:
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -509,4 +510,32 @@ def test_pure_modules_leave_the_fast_path_off_with_the_reason() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=True)
     available, detector = out.stdout.splitlines()[0].split()
     assert (available, detector) == ("False", "Http1Detector")
-    assert "needs the compiled reference modules" in out.stdout.splitlines()[1]
+    assert "does not match the reference modules imported" in out.stdout.splitlines()[1]
+
+
+def test_doctor_says_when_the_fast_path_cannot_load() -> None:
+    env = {**os.environ, "OTELBPF_PURE": "1"}
+    out = subprocess.run([sys.executable, "-m", "otelbpf", "doctor"], env=env, capture_output=True, text=True, timeout=120)
+    line = next(line for line in out.stdout.splitlines() if "] fast path" in line)
+    assert line.lstrip().startswith("[warn]") and "reference parsers only" in line and "OTELBPF_PURE=1" in line, out.stdout
+    ok = subprocess.run([sys.executable, "-m", "otelbpf", "doctor"], capture_output=True, text=True, timeout=120)
+    assert re.search(r"\[  ok\] fast path\s+HTTP/1 on the compiled fast path", ok.stdout), ok.stdout
+
+
+@pytest.mark.ebpf
+def test_the_agent_says_once_at_start_up_that_the_fast_path_cannot_load() -> None:
+    """A stale build or OTELBPF_PURE=1: a warning and the self-metric, not silence."""
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        env = {**os.environ, "OTELBPF_PURE": "1"}
+        out = subprocess.run(
+            [sys.executable, "-m", "otelbpf", "run", "--pid", str(sleeper.pid), "--duration", "1", "--stats-interval", "0.5",
+             "--json-file", os.devnull, "--no-profiles"],
+            env=env, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        sleeper.kill()
+    assert out.returncode == 0, out.stderr[-2000:]
+    warnings = [line for line in out.stderr.splitlines() if "HTTP/1 through the reference parsers only" in line]
+    assert len(warnings) == 1 and "OTELBPF_PURE=1" in warnings[0], out.stderr[-2000:]
+    assert '"otelbpf.fastpath.unavailable": 1' in out.stderr, out.stderr[-2000:]

@@ -18,6 +18,7 @@ import sys
 import threading
 from pathlib import Path
 
+from otelbpf import bundled
 from otelbpf.host import procfs
 from otelbpf.host.checks import FAIL, INFO, OK, WARN, Check, effective_capabilities
 from otelbpf.profiles import doctor as profiles_doctor
@@ -167,17 +168,22 @@ def check_process_identity(sample: tuple[int, int] | None = None) -> Check:
 
 
 def check_bpf_sources() -> Check:
-    """BCC compiles bpf/*.c at start-up: an installed (non-editable) agent
-    finds them through OTELBPF_BPF_DIR (the image sets it)."""
+    """BCC compiles bpf/*.c at start-up: the checkout's, or those an installed wheel
+    put under <prefix>/share/otelbpf/bpf (otelbpf/bundled.py), or OTELBPF_BPF_DIR's."""
 
     if _exists(BPF_DIR / "capture.c"):
         return Check("probe sources", OK, str(BPF_DIR))
-    return Check(
-        "probe sources",
-        FAIL,
-        f"{BPF_DIR / 'capture.c'} missing: nothing to compile",
-        "set OTELBPF_BPF_DIR to the repository's bpf/ folder (deploy/Dockerfile copies it to /opt/otelbpf/bpf)",
-    )
+    return Check("probe sources", FAIL, f"{BPF_DIR / 'capture.c'} missing: nothing to compile", bundled.BPF.hint())
+
+
+def check_fast_path() -> Check:
+    """The compiled HTTP/1 fast path: built and matching the modules imported. Without it
+    every request goes through the reference parsers, at several times the CPU."""
+    from otelbpf import fastpath
+
+    if fastpath.available():
+        return Check("fast path", OK, "HTTP/1 " + fastpath.describe())
+    return Check("fast path", WARN, "HTTP/1 " + fastpath.describe(), "make install (rebuilds the compiled modules)")
 
 
 def check_btf() -> Check:
@@ -526,7 +532,7 @@ def run_checks() -> list[Check]:
         checks += check_tls()
         checks += check_gpu()
         checks += profiles_doctor.run_checks()
-    checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers()]
+    checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers(), check_fast_path()]
     checks += [check_process_identity(), check_dds_shared_memory()]
     return checks
 

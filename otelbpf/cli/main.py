@@ -467,11 +467,11 @@ def cmd_run(args) -> int:
 
     if args.no_fast_path:
         fastpath.set_enabled(False)
-    log.info(
-        "otelbpf: HTTP/1 %s",
-        "on the compiled fast path" if fastpath.enabled()
-        else "through the reference parsers only (--no-fast-path, OTELBPF_FAST_PATH=0, or the fast path is not built)",
-    )
+    if fastpath.available():
+        log.info("otelbpf: HTTP/1 %s", fastpath.describe())
+    else:  # said once: a stale or missing build costs every HTTP/1 request
+        log.warning("otelbpf: HTTP/1 %s", fastpath.describe())
+        counters.add("otelbpf.fastpath.unavailable")
     pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
     if config.profiles.enabled:
         try:

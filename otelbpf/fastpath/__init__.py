@@ -26,14 +26,17 @@ try:
     from otelbpf.fastpath.http1 import FastCounts, FastHttp1Session
 except ImportError:  # not built (no compiler): the reference takes all traffic
     FastCounts = FastHttp1Session = None  # type: ignore[assignment,misc]
-    UNAVAILABLE = "the compiled fast path is not built (setup.py build_ext --inplace)"
+    UNAVAILABLE = "the compiled fast path is not built (make install, or setup.py build_ext --inplace)"
 except (ValueError, TypeError) as exc:
     # Built against the compiled reference types (protocols/http1/types), and those
     # imported are not them: OTELBPF_PURE=1, or a reference module edited since its
     # extension was built (protocols/_fresh.py then loads its .py). Cython says
     # "... size changed, may indicate binary incompatibility".
     FastCounts = FastHttp1Session = None  # type: ignore[assignment,misc]
-    UNAVAILABLE = f"the compiled fast path needs the compiled reference modules ({exc})"
+    UNAVAILABLE = (
+        "the compiled fast path does not match the reference modules imported (OTELBPF_PURE=1, or a stale "
+        f"build: make install) ({exc})"
+    )
 
 #: Set to "0" to send every connection through the reference.
 ENV = "OTELBPF_FAST_PATH"
@@ -55,6 +58,16 @@ def set_enabled(enabled: bool) -> None:
 def enabled() -> bool:
     """On when built, unless turned off by ``set_enabled(False)`` or ``OTELBPF_FAST_PATH=0``."""
     return _enabled and available() and os.environ.get(ENV, "1") != "0"
+
+
+def describe() -> str:
+    """Where HTTP/1 goes, and why when not on the fast path: said once at start-up
+    (with the self-metric ``otelbpf.fastpath.unavailable``) and by ``otelbpf doctor``."""
+    if not available():
+        return f"through the reference parsers only: {UNAVAILABLE}"
+    if not enabled():
+        return f"through the reference parsers only (--no-fast-path or {ENV}=0)"
+    return "on the compiled fast path"
 
 
 class FastHttp1Detector(Http1Detector):
