@@ -177,12 +177,6 @@ _TABLES = {
 }
 
 
-def tcp_tuple_by_inode(pid: int, inode: int) -> tuple[int, str, int, str, int] | None:
-    """(family, local addr, local port, peer addr, peer port) of a TCP socket,
-    looked up in the process's own network namespace."""
-    return socket_tuple_by_inode(pid, inode, IPPROTO_TCP)
-
-
 def socket_tuple_by_inode(pid: int, inode: int, protocol: int) -> tuple[int, str, int, str, int] | None:
     """(family, local addr, local port, peer addr, peer port) of a TCP or UDP
     socket, from the process's own network namespace. For an unconnected UDP

@@ -79,15 +79,6 @@ def is_candidate(path: str, mapped: str, name: re.Pattern | None, hint: bytes = 
     return bool(hint) and file_contains(path, hint, max_bytes)
 
 
-def file_identity(path: str) -> tuple[int, int] | None:
-    """(device, inode) of ``path``: what "attach once per file" keys on (None if it is gone)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
-
-
 class MapsWatch:
     """Per process, the executable mappings seen at the last look, so a
     re-scan does nothing more than one /proc read when nothing was loaded."""

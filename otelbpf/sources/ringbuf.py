@@ -247,8 +247,3 @@ class RingBufReader:
                 self._viewing = False
                 PyBuffer_Release(cython.address(self._prod_view))
                 PyBuffer_Release(cython.address(self._cons_view))
-
-
-def open_bcc(table: object) -> RingBufReader:
-    """A reader for a BCC ``BPF_RINGBUF_OUTPUT`` table (``bpf["events"]``)."""
-    return RingBufReader(getattr(table, "map_fd"))
