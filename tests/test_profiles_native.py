@@ -9,7 +9,6 @@ and CPython interpreters spinning in Python code.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import platform
 import shutil
@@ -21,6 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ptrace_snapshot import snapshot
 
 from otelbpf.profiles.model import FRAME_MARKER, FRAME_NATIVE
 
@@ -30,64 +30,8 @@ native = pytest.importorskip("otelbpf.profiles.native")
 NativeUnwinder = native.NativeUnwinder
 
 TARGETS = Path(__file__).parent / "profiles_targets"
-STACK_COPY = 32 * 1024
 PYTHONS = ["/usr/bin/python3", "/root/.pyenv/versions/3.12.1/bin/python3.12"]
 PY_SPIN = "def spin():\n    while True:\n        pass\nspin()\n"
-
-# --- snapshots by ptrace --------------------------------------------------------
-
-PTRACE_GETREGS, PTRACE_DETACH, PTRACE_SEIZE, PTRACE_INTERRUPT = 12, 17, 0x4206, 0x4207
-WALL = 0x40000000
-USER_REGS = (
-    "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss "
-    "fs_base gs_base ds es fs gs"
-).split()
-DWARF_ORDER = "rax rdx rcx rbx rsi rdi rbp rsp r8 r9 r10 r11 r12 r13 r14 r15 rip".split()
-
-
-class UserRegs(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_ulonglong) for name in USER_REGS]
-
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
-_libc.ptrace.restype = ctypes.c_long
-
-
-def _ptrace(request: int, tid: int, data: object = None) -> None:
-    if _libc.ptrace(request, tid, None, data) == -1:
-        err = ctypes.get_errno()
-        raise OSError(err, f"ptrace({request}, {tid}): {os.strerror(err)}")
-
-
-def _stack_end(pid: int, sp: int) -> int:
-    """End of the mapping holding ``sp``: BPF copies no further either."""
-    with open(f"/proc/{pid}/maps") as maps:
-        for line in maps:
-            start, end = (int(x, 16) for x in line.split()[0].split("-"))
-            if start <= sp < end:
-                return end
-    return sp
-
-
-def snapshot(pid: int, tid: int | None = None) -> tuple[list[int], int, bytes]:
-    """(DWARF-ordered registers, stack address, stack copy) of a stopped thread."""
-    tid = tid or pid
-    _ptrace(PTRACE_SEIZE, tid)
-    try:
-        _ptrace(PTRACE_INTERRUPT, tid)
-        os.waitpid(tid, WALL)
-        regs = UserRegs()
-        _ptrace(PTRACE_GETREGS, tid, ctypes.addressof(regs))
-        sp = regs.rsp
-        size = min(STACK_COPY, _stack_end(pid, sp) - sp)
-        with open(f"/proc/{pid}/mem", "rb", buffering=0) as mem:
-            mem.seek(sp)
-            stack = mem.read(size)
-    finally:
-        _ptrace(PTRACE_DETACH, tid)
-    return [getattr(regs, name) for name in DWARF_ORDER], sp, stack
-
 
 # --- targets --------------------------------------------------------------------
 
@@ -317,25 +261,6 @@ def test_a_dead_process_gives_a_marker(built):
     proc.wait()
     stack = NativeUnwinder().unwind(proc.pid, [0] * 17, 0, b"")
     assert not stack.complete and stack.reason == "process gone"
-
-
-def test_speed_report(built, spawn, capsys):
-    """Not an assertion on time: prints the cold and warm cost per sample."""
-    pid = spawn(PYTHONS[0], "-c", PY_SPIN).pid
-    samples = [snapshot(pid) for _ in range(20)]
-    unwinder = NativeUnwinder()
-    started = time.perf_counter()
-    unwinder.unwind(pid, *samples[0])
-    cold = time.perf_counter() - started
-    rounds = 200
-    started = time.perf_counter()
-    for _ in range(rounds):
-        for sample in samples:
-            unwinder.unwind(pid, *sample)
-    warm = (time.perf_counter() - started) / (rounds * len(samples))
-    depth = len(unwinder.unwind(pid, *samples[0]).frames)
-    with capsys.disabled():
-        print(f"\nnative unwind, python3 ({depth} frames): cold {cold * 1e3:.1f} ms, warm {warm * 1e6:.1f} us/sample")
 
 
 # --- the caches against libdw alone -----------------------------------------------------
