@@ -46,6 +46,10 @@ modules, naming each code object and each PC the first time).
 The service runs alone on CPU 0, the agent and wrk on CPU 1 (--no-pin: wherever the scheduler
 puts them).
 
+--rate N drives the HTTP service at N requests a second from a paced client (one keep-alive
+connection) instead of wrk at saturation: the service is not saturated, so the agent's
+CPU per second ("agent ms/s") compares directly between modes.
+
 --service spin runs the same Python code in a loop under as deep a stack, and sends no
 requests: the agent has nothing but the samples to handle, so the `off` subtraction does
 not carry the tracing's run-to-run spread (tens of microseconds per request).
@@ -53,6 +57,7 @@ not carry the tracing's run-to-run spread (tens of microseconds per request).
     sudo .venv/bin/python bench/profile_cost.py --rounds 2 --duration 30 --modes off,p19,p99
     sudo .venv/bin/python bench/profile_cost.py --rounds 2 --duration 30 --modes off,p19,p99 --service spin
     sudo .venv/bin/python bench/profile_cost.py --rounds 3 --duration 10      # + p999, to-exit figures
+    sudo .venv/bin/python bench/profile_cost.py --rounds 2 --duration 30 --modes off,p19 --rate 200
 """
 
 from __future__ import annotations
@@ -291,6 +296,35 @@ def wrk(port: int, seconds: float) -> float:
     return float(match.group(1))
 
 
+PACED_CLIENT = r'''
+import http.client, sys, time
+port, rate, seconds = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+conn = http.client.HTTPConnection("127.0.0.1", port)
+start = time.monotonic(); done = 0
+while True:
+    due = start + done / rate
+    now = time.monotonic()
+    if due - start >= seconds:
+        break
+    if due > now:
+        time.sleep(due - now)
+    conn.request("GET", "/"); conn.getresponse().read(); done += 1
+print(done / (time.monotonic() - start))
+'''
+
+
+def paced(port: int, rate: float, seconds: float) -> float:
+    """``rate`` requests a second on one keep-alive connection (Python's http.client), for
+    ``seconds``: the load of a service that is not saturated, where the agent's CPU per
+    second compares directly between modes (wrk saturates, and a mode that changes the
+    service's throughput changes the agent's work with it). Returns the rate achieved."""
+    done = subprocess.run(pinned("client", [PYTHON, "-c", PACED_CLIENT, str(port), f"{rate:g}", f"{seconds:g}"]),
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"paced client: {done.stderr}")
+    return float(done.stdout)
+
+
 def run_mode(mode: str, args, out: Path) -> dict:
     port = free_port()
     spin = args.service == "spin"
@@ -306,6 +340,8 @@ def run_mode(mode: str, args, out: Path) -> dict:
         if spin:
             time.sleep(args.duration)
             rate = None
+        elif args.rate:
+            rate = paced(port, args.rate, args.duration)
         else:
             rate = wrk(port, args.duration)
         load_end = time.monotonic()
@@ -411,6 +447,11 @@ def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
             f"{per_s if per_s is not None else float('nan'):>10.2f}  {median([row.get('peak_rss_mb') for row in rows]) or 0:>17.0f}"
         )
     profiled = [mode for mode in modes if mode not in ("off", "none")]
+    for mode in profiled:  # the run-to-run spread of the tracing cancels within a round
+        extra = [r[mode]["steady_cpu_s"] * 1e3 / r[mode]["steady_s"] - r["off"]["steady_cpu_s"] * 1e3 / r["off"]["steady_s"]
+                 for r in rounds if r[mode].get("steady_s") and r["off"].get("steady_s")]  # fmt: skip
+        values = ", ".join(f"{v:+.2f}" for v in extra)
+        lines.append(f"agent ms/s over off, {mode}, paired by round: {median(extra) or float('nan'):+.2f} (rounds: {values})")
     for low, high in zip(profiled, profiled[1:]):
         slopes = [slope_us(r[low], r[high], r["off"]) for r in rounds]
         values = ", ".join(f"{v:.1f}" for v in slopes if v is not None)
@@ -431,6 +472,8 @@ def main() -> int:
                    "(the agent's per-sample CPU without the tracing's run-to-run spread)")
     p.add_argument("--output", choices=sorted(OUTPUTS), default="json",
                    help="where profiles go (default json: OTLP JSON lines; otlp: OTLP/gRPC to a local receiver)")
+    p.add_argument("--rate", type=float, help="http: this many requests a second from a paced client instead of "
+                   "wrk at saturation (the agent's CPU per second then compares directly between modes)")
     p.add_argument("--json", metavar="PATH", help="write every run's figures here")
     p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the scheduler (default: service on CPU 0, agent and wrk on CPU 1)")
     p.add_argument("--profile-interval", type=float, default=PROFILE_INTERVAL_S,

@@ -246,8 +246,10 @@ class Profiler:
         self._unbuilt = []
 
     def tick(self, ts_ns: int, everything: bool) -> None:
-        """The pipeline's clock moved: export the interval when it is due."""
-        self._last_clock_ns = max(self._last_clock_ns, ts_ns)
+        """The pipeline's clock moved (every drain under traffic): export the interval when it
+        is due. Most ticks have nothing to build or export: they return after two comparisons."""
+        if ts_ns > self._last_clock_ns:
+            self._last_clock_ns = ts_ns
         build = self._unbuilt and ts_ns - self._unbuilt[0][1].ts_ns >= BUILD_DELAY_NS
         export = everything or ts_ns - self._interval_start_ns >= self.interval_ns
         if build or export:
@@ -257,7 +259,7 @@ class Profiler:
             if export:
                 self.flush(ts_ns, everything)
             self._cpu_ns += thread_time_ns() - started
-        self._report_cpu(everything)
+            self._report_cpu(everything)
 
     def _report_cpu(self, everything: bool = False) -> None:
         """The pipeline thread's CPU spent on samples, into ``otelbpf.profiles.cpu_time{pipeline}``
@@ -302,7 +304,10 @@ class Profiler:
 
     def close(self) -> None:
         """The agent stops: what is held leaves, and the exporters finish (the flame graph is written)."""
+        started = thread_time_ns()
         self.flush(everything=True)
+        self._cpu_ns += thread_time_ns() - started
+        self._report_cpu(everything=True)
         unwinder = getattr(self.builder, "unwinder", None)
         stats = unwinder.stats if unwinder is not None and getattr(unwinder, "verify", False) else {}
         if stats.get("verified"):  # OTELBPF_PROFILES_VERIFY_UNWIND=1 (otelbpf/profiles/stacks.py)

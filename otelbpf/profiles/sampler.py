@@ -56,6 +56,8 @@ MAX_UNLISTED_THREADS = 4096
 #: KERNEL_STACK_HOLD_S seconds, after the last sample that named it.
 KERNEL_STACK_HOLD_DRAINS = 3
 KERNEL_STACK_HOLD_S = 1.0
+#: No kernel stack read (a drain that found the ring empty).
+NO_STACKS: dict[int, tuple[int, ...]] = {}
 #: With off-CPU samples on, the ring is not left unread longer than this (ProfileSampler.unread_limit_s).
 OFF_CPU_UNREAD_LIMIT_S = 0.1
 
@@ -227,6 +229,9 @@ class ProfileSampler:
         """The records the kernel submitted since the last call, as events.
         ``consume=False`` when the caller already ran BCC's ring consumer."""
         if self._reader is not None:
+            if not self._reader.pending_bytes():  # most drains under traffic: no sample since the last
+                self._release_kernel_stacks(NO_STACKS)
+                return []
             raw = self._reader.drain()
         else:
             if consume:
@@ -282,6 +287,8 @@ class ProfileSampler:
         (a sleeper, a lock waiter) would otherwise expire between two of its
         samples and race the next one: taken before the delete, read after it."""
         self._drains += 1
+        if not seen and not self._stack_last_drain:
+            return  # nothing read, nothing held (most drains)
         now = self._clock()
         last_drain = self._stack_last_drain
         for stack_id, addrs in seen.items():
