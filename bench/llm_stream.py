@@ -195,14 +195,14 @@ def in_process_round(events: list, taps: bool) -> tuple[float, int]:
     from otelbpf.host.resources import ProcessResources
     from otelbpf.metrics import MeteredProcessor, SpanMetrics
     from otelbpf.registry import default_instruments
-    from otelbpf.runtime.agent import live_pipeline
+    from otelbpf.assembly import build_pipeline
 
     counters = Counters()
     resources = ProcessResources(describe=lambda pid, comm: {"service.name": "llm", "process.pid": pid})
     sink = EncodingSink()
     processor = BatchSpanProcessor([sink], resources, counters)
-    pipeline = live_pipeline(NoSource(), MeteredProcessor(processor, SpanMetrics(resources, default_instruments()), None),
-                             resources, counters)
+    pipeline = build_pipeline(MeteredProcessor(processor, SpanMetrics(resources, default_instruments()), None),
+                              resources, counters, source=NoSource())
     layer = pipeline.registry.semantics("http1").genai
     if layer is not None:
         layer.body_taps = taps

@@ -45,7 +45,7 @@ from otelbpf.export.base import SpanBatch  # noqa: E402
 from otelbpf.host.resources import ProcessResources  # noqa: E402
 from otelbpf.metrics import MeteredProcessor, SpanMetrics  # noqa: E402
 from otelbpf.registry import default_instruments  # noqa: E402
-from otelbpf.runtime.agent import live_pipeline  # noqa: E402
+from otelbpf.assembly import build_pipeline  # noqa: E402
 from protocols.base import Direction  # noqa: E402
 
 NGINX = 4242
@@ -213,7 +213,7 @@ def run_once(requests: int, connections: int, evict_kib: int = 0, batch: int = 2
     sink = EncodingSink()
     processor = BatchSpanProcessor([sink], resources, counters)
     consumer = MeteredProcessor(processor, SpanMetrics(resources, default_instruments()), None)
-    pipeline = live_pipeline(NoSource(), consumer, resources, counters)
+    pipeline = build_pipeline(consumer, resources, counters, source=NoSource())
     opens, batches = workload(requests, connections, batch, protocol)
     pipeline.handle(opens)
     evict = CacheEvictor(evict_kib) if evict_kib else None

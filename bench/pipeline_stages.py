@@ -32,7 +32,7 @@ from otelbpf.export import BatchSpanProcessor  # noqa: E402
 from otelbpf.host.resources import ProcessResources  # noqa: E402
 from otelbpf.metrics import MeteredProcessor, SpanMetrics  # noqa: E402
 from otelbpf.registry import default_instruments  # noqa: E402
-from otelbpf.runtime.agent import live_pipeline  # noqa: E402
+from otelbpf.assembly import build_pipeline  # noqa: E402
 from protocols.base import Direction  # noqa: E402
 from protocols.http1 import Http1Session, HttpParser  # noqa: E402
 
@@ -86,7 +86,7 @@ def _through(consumer_of, requests: int, connections: int = 100) -> float:
     counters = Counters()
     resources = _resources()
     consumer, shutdown = consumer_of(resources, counters)
-    pipeline = live_pipeline(NoSource(), consumer, resources, counters)
+    pipeline = build_pipeline(consumer, resources, counters, source=NoSource())
     opens, batches = workload(requests, connections)
     pipeline.handle(opens)
 

@@ -162,6 +162,18 @@ class Pipeline:
             LostEvents: self._on_lost,
         }
 
+    def add_calls(self, semantics) -> None:
+        """Make spans of a library's calls (``CallEvent.library``) with ``semantics`` (a
+        ``CallSemantics``): how a feature adds a call family (GPU: CUDA and NCCL)."""
+        self.registry.register_calls(semantics)
+
+    def wrap_consumer(self, wrap: Callable[[SpanConsumer], SpanConsumer]) -> SpanConsumer:
+        """Put ``wrap(consumer)`` in front of the consumer: how a feature that must see (or
+        hold back) every finished span before it leaves attaches (GPU: launch counts written
+        onto request spans). Returns the new consumer."""
+        self.consumer = wrap(self.consumer)
+        return self.consumer
+
     def add_handler(self, event_type: type, handler: Callable) -> None:
         """Handle events of ``event_type`` (a family from outside the core, e.g.
         profiles' stack samples) with ``handler``, in event order like the others."""
@@ -185,10 +197,9 @@ class Pipeline:
         wanted.append(wants)
         combined = _any_of(wanted)
         for detector in self.registry.detectors():
-            if detector.protocol == protocol and hasattr(detector, "report_progress"):
+            if detector.protocol == protocol:
                 detector.report_progress = True
-                if hasattr(detector, "progress_filter"):
-                    detector.progress_filter = combined
+                detector.progress_filter = combined
 
     # -- events -----------------------------------------------------------------
 
@@ -298,7 +309,7 @@ class Pipeline:
             self.counters.add("otelbpf.calls.unhandled", label=event.library)
             return
         self._observe_process(event.pid, "")
-        place = getattr(semantics, "place_off_request", None)  # e.g. GPU engine steps
+        place = semantics.place_off_request  # e.g. GPU engine steps
         off_request = None if place is None else partial(place, event)
         start = self.linker.start_call(event.pid, event.tid, event.ts_ns, event.task_id, off_request)
         span = semantics.span(start, event)

@@ -51,6 +51,10 @@ class Registry:
     def register(self, detector: Detector, semantics: SpanSemantics, instruments: Sequence[SpanHistogram] = ()) -> None:
         """Add a protocol: its detector (tried in registration order), its span
         semantics and its metric instruments. The three must name the same id."""
+        if not isinstance(detector, Detector):
+            raise TypeError(
+                f"{type(detector).__name__} must subclass protocols.base.Detector (its optional capabilities have their defaults there)"
+            )
         protocol = detector.protocol
         if semantics.protocol != protocol:
             raise ValueError(f"detector is for {protocol!r} but semantics for {semantics.protocol!r}")
@@ -60,6 +64,10 @@ class Registry:
 
     def register_calls(self, semantics: CallSemantics) -> None:
         """Add the span semantics of a library's calls (``CallEvent.library``)."""
+        if not isinstance(semantics, CallSemantics):
+            raise TypeError(
+                f"{type(semantics).__name__} must subclass otelbpf.semantics.common.CallSemantics (its optional capabilities have their defaults there)"
+            )
         if semantics.library in self._calls:
             raise ValueError(f"call library {semantics.library!r} is registered twice")
         self._calls[semantics.library] = semantics
@@ -83,22 +91,18 @@ class Registry:
         ]
 
     def notices(self) -> list[str]:
-        """Lines for the agent's log from detectors that have some (``take_notices``), each once."""
+        """Lines for the agent's log from the detectors (``Detector.take_notices``), each once."""
         out: list[str] = []
         for entry in self._protocols.values():
-            take = getattr(entry.detector, "take_notices", None)
-            if take is not None:
-                out += take()
+            out += entry.detector.take_notices()
         return out
 
     def take_counts(self) -> list[tuple[str, int, str]]:
-        """Self-metric increments detectors counted since the last call (``take_counts``:
-        the fast path's share of the traffic), as (name, amount, label)."""
+        """Self-metric increments the detectors counted since the last call
+        (``Detector.take_counts``: the fast path's share of the traffic), as (name, amount, label)."""
         out: list[tuple[str, int, str]] = []
         for entry in self._protocols.values():
-            take = getattr(entry.detector, "take_counts", None)
-            if take is not None:
-                out += take()
+            out += entry.detector.take_counts()
         return out
 
     def semantics(self, protocol: str) -> SpanSemantics | None:

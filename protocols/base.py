@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterable, Protocol
+from typing import Callable, Hashable, Iterable, Protocol, runtime_checkable
 
 
 class Direction(enum.IntEnum):
@@ -105,6 +105,11 @@ class Exchange(Protocol):
     #: Distinguishes concurrent exchanges of one connection or one writer
     #: (HTTP/2 stream id; RTPS writer GUID + sequence number), or None (FIFO).
     correlation_key: Hashable | None
+    #: Names the message agent-wide when one sent message is read by several processes
+    #: (RTPS: writer GUID + sequence number), so the readers' spans join the sender's;
+    #: None (every request/response protocol) links by connection pair instead. Exchange
+    #: classes set it, as a class attribute where it is always None.
+    message_key: Hashable | None
 
     @property
     def start_ns(self) -> int: ...
@@ -225,13 +230,31 @@ class Session(Protocol):
         ...
 
 
+@runtime_checkable
 class Detector(Protocol):
-    """Recognises a protocol by content, never by port."""
+    """Recognises a protocol by content, never by port.
+
+    A protocol's detector subclasses this class: the optional capabilities below have
+    their defaults here, so the agent reads them directly instead of probing each
+    detector for them (``Registry.register`` refuses a detector that does not subclass it).
+    """
 
     #: The protocol id (the package name under ``protocols/``).
     protocol: str
     #: Where the protocol can appear (Pixie's and DeepFlow's "parsable on UDP").
     transports: Transport
+
+    #: Whether its sessions emit ``ExchangeProgress``. Progress costs events per exchange,
+    #: so sessions leave it off until a consumer asks (``Pipeline.observe_progress`` turns
+    #: it on); a detector that can never report progress keeps False.
+    report_progress: bool = False
+    #: Asked once per exchange, when it starts, whether anyone wants that exchange's
+    #: progress, so a consumer interested in a few exchanges (LLM calls among ordinary
+    #: HTTP) makes the others cost nothing per body chunk. None: every exchange reports.
+    progress_filter: "ProgressFilter | None" = None
+    #: Its sessions account per process (RTPS's watch of DDS data on shared memory): the
+    #: connection table sets each new session's ``pid`` to its connection's process.
+    per_process_sessions: bool = False
 
     def detect(self, direction: Direction, data: bytes) -> Direction | None:
         """Return the direction that carries requests if ``data`` (the first
@@ -240,12 +263,14 @@ class Detector(Protocol):
 
     def new_session(self, request_direction: Direction) -> Session: ...
 
+    def take_notices(self) -> list[str]:
+        """Lines for the agent's log, each said once (the agent asks once a second)."""
+        return []
 
-#: A detector may also have ``report_progress`` (bool): whether its sessions
-#: emit ExchangeProgress. Progress costs events per exchange, so sessions may
-#: leave it off until a consumer asks (``Pipeline.observe_progress``).
-#: And ``progress_filter`` (``ProgressFilter`` or None): asked once per exchange,
-#: when it starts, whether anyone wants that exchange's progress, so a consumer
-#: interested in a few exchanges (LLM calls among ordinary HTTP) makes the
-#: others cost nothing per body chunk. None: every exchange reports.
+    def take_counts(self) -> list[tuple[str, int, str]]:
+        """Self-metric increments counted since the last call, as (name, amount, label)
+        (the compiled fast path's share of the traffic); asked after every batch."""
+        return []
+
+
 ProgressFilter = Callable[["Exchange"], bool]

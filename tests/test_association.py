@@ -41,6 +41,7 @@ class Exchange:
 
     headers: list = field(default_factory=list)
     correlation_key: object = None
+    message_key: object = None
 
     def carrier(self) -> list:
         return self.headers

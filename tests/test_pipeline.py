@@ -34,8 +34,8 @@ from otelbpf.host.resources import ProcessResources
 from otelbpf.metrics.histograms import SpanMetrics
 from otelbpf.pipeline import Pipeline
 from otelbpf.registry import Registry, default_registry
-from otelbpf.semantics.common import outcome_status, span_record
-from protocols.base import Direction, ExchangeKind, ExchangeStarted, Outcome, Phase, Transport
+from otelbpf.semantics.common import CallSemantics, outcome_status, span_record
+from protocols.base import Detector, Direction, ExchangeKind, ExchangeStarted, Outcome, Phase, Transport
 from tests import toy_protocol
 
 IN, OUT = Direction.INGRESS, Direction.EGRESS
@@ -121,7 +121,7 @@ class LeakySession:
         return []
 
 
-class LeakyDetector:
+class LeakyDetector(Detector):
     protocol = "leaky"
     transports = Transport.STREAM
 
@@ -372,7 +372,7 @@ def test_toy_protocol_over_udp_one_flow_per_peer() -> None:
 # -- library calls, progress, sources ----------------------------------------------
 
 
-class ToyCalls:
+class ToyCalls(CallSemantics):
     library = "toylib"
 
     def span(self, start, call):

@@ -173,9 +173,9 @@ def drive_dds(launcher: subprocess.Popen) -> None:
 def run_demo(args) -> int:
     from otelbpf.core.selfmetrics import Counters
     from otelbpf.host.resources import ProcessResources
-    from otelbpf.profiles.profiler import Profiler
+    from otelbpf.assembly import attach_profiles, build_pipeline
     from otelbpf.profiles.sampler import ProfileConfig
-    from otelbpf.runtime.agent import Agent, live_pipeline
+    from otelbpf.runtime.agent import Agent
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
 
     missing = demo_prerequisites()
@@ -219,7 +219,7 @@ def run_demo(args) -> int:
     pids += [proc.pid for proc in (gpu_server, batching, dds) if proc is not None]
     profiles = ProfileConfig(hz=DEMO_PROFILE_HZ)
     source = EbpfSource(CaptureConfig(pids=pids, comms=["curl"], capture_udp=dds is not None, profiles=profiles))
-    pipeline = live_pipeline(source, consumer, resources, counters)
+    pipeline = build_pipeline(consumer, resources, counters, source=source)
     profile_exporter, flamegraph = build_profile_exporters(args, counters)
     agent = Agent(source, pipeline, consumer, counters)
     try:
@@ -230,7 +230,7 @@ def run_demo(args) -> int:
             return 1
         print(f"otelbpf: tracing, {probes} probes attached")
         if source.profiles is not None:
-            Profiler(source.profiles, [profile_exporter], resources, counters, profiles.hz).attach(pipeline)
+            attach_profiles(pipeline, source.profiles, [profile_exporter], resources, counters, profiles.hz)
         loop = threading.Thread(target=agent.run, name="otelbpf-agent")
         loop.start()
         try:

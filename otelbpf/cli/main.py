@@ -395,7 +395,8 @@ def cmd_run(args) -> int:
     from otelbpf.host.exclusions import ExcludingSource
     from otelbpf.host.resources import ProcessResources
     from otelbpf.profiles.sampler import ProfileError
-    from otelbpf.runtime.agent import Agent, live_pipeline
+    from otelbpf.assembly import GpuOptions, attach_profiles, build_pipeline
+    from otelbpf.runtime.agent import Agent
     from otelbpf.runtime.budget import CpuBudget
     from otelbpf.runtime.health import HealthServer, Heartbeat
     from otelbpf.semantics import SpanOptions, gpu
@@ -472,7 +473,9 @@ def cmd_run(args) -> int:
     else:  # said once: a stale or missing build costs every HTTP/1 request
         log.warning("otelbpf: HTTP/1 %s", fastpath.describe())
         counters.add("otelbpf.fastpath.unavailable")
-    pipeline = live_pipeline(source, consumer, resources, counters, options, args.max_connections)
+    gpu_options = GpuOptions(args.gpu_min_call_duration, gpu_steps.options_from(args))
+    pipeline = build_pipeline(consumer, resources, counters, options=options, source=source,
+                              max_connections=args.max_connections, gpu_options=gpu_options)  # fmt: skip
     if config.profiles.enabled:
         try:
             profile_exporter, flamegraph = outputs.build_profile_exporters(args, counters)
@@ -482,10 +485,7 @@ def cmd_run(args) -> int:
             return 2
         if flamegraph:
             log.info("otelbpf: the flame graph will be written to %s at exit", flamegraph)
-    gpu_steps.configure(pipeline, args)
     gpu_state = gpu.state_of(pipeline)
-    if gpu_state is not None:
-        gpu_state.min_call_ns = args.gpu_min_call_duration
     budget = CpuBudget(args.max_cpu, pipeline.table) if args.max_cpu else None
     if metrics is not None:
         metrics.add_gauge("otelbpf.connections.open", lambda: len(pipeline.table))
@@ -519,10 +519,8 @@ def cmd_run(args) -> int:
         return 1
     source.ready = True
     if config.profiles.enabled:
-        from otelbpf.profiles.profiler import Profiler
-
-        Profiler(ebpf.profiles, [profile_exporter], resources, counters, config.profiles.hz,
-                 interval_s=args.profile_interval).attach(pipeline)  # fmt: skip
+        attach_profiles(pipeline, ebpf.profiles, [profile_exporter], resources, counters, config.profiles.hz,
+                        interval_s=args.profile_interval)  # fmt: skip
     if config.profiles.publish_trace_context:
         from otelbpf.profiles.tracectx import TraceContextPublisher
 

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from os import PathLike
 
+from otelbpf.assembly import build_pipeline
 from otelbpf.core.model import SpanRecord
 from otelbpf.core.selfmetrics import Counters
 from otelbpf.host.resources import ProcessResources
 from otelbpf.pipeline import Pipeline, SpanConsumer
-from otelbpf.registry import default_registry
-from otelbpf.semantics import SpanOptions, genai
+from otelbpf.semantics import SpanOptions
 from otelbpf.sources.pcap import PcapSource, Perspective
 
 BATCH_SIZE = 1024
@@ -47,9 +47,8 @@ def run_replay(
     :class:`~otelbpf.sources.pcap.PcapError` midway (a corrupt record)
     propagates after the events before it were handled and the pipeline
     finished. ``fast_path``: HTTP/1 on the compiled fast path (the differential tests)."""
-    registry = default_registry(fast_path=fast_path)
-    pipeline = Pipeline(consumer, resources, counters, privacy or SpanOptions(), registry=registry)
-    genai.attach(pipeline)  # LLM API calls on HTTP/1 get GenAI spans, as in the live agent
+    # the live agent's pipeline, GenAI spans included; no GPU feature: a capture has no library calls
+    pipeline = build_pipeline(consumer, resources, counters, options=privacy, fast_path=fast_path, gpu_options=None)
     batch: list = []
     try:
         for event in source.events():

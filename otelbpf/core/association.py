@@ -180,7 +180,7 @@ class Linker:
         """Identity and parent of the span of ``exchange`` (an ``Exchange`` of
         protocols/base.py), which started at ``ts_ns`` on ``conn``."""
         remote = extract_parent(exchange.carrier())
-        message = getattr(exchange, "message_key", None)
+        message = exchange.message_key
         pair = Linker._pair(conn, exchange, kind) if message is None else None
         receiving = kind in _RECEIVING
         if message is not None and receiving and remote is None:

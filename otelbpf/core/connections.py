@@ -411,7 +411,7 @@ class ConnectionTable:
 
     def _start_session(self, conn: Connection, detector: Detector, request_direction: Direction) -> None:
         conn.session = detector.new_session(request_direction)
-        if hasattr(conn.session, "pid"):  # a session that reports per process (protocols/rtps: DataWatch)
+        if detector.per_process_sessions:  # protocols/rtps: DataWatch
             conn.session.pid = conn.pid
         buffered, conn._probe_events = conn._probe_events, []
         for event in buffered:

@@ -15,7 +15,6 @@ from otelbpf.core.reorder import ReorderBuffer
 from otelbpf.core.selfmetrics import Counters
 from otelbpf.pipeline import Pipeline
 from otelbpf.profiles.records import PROFILE_ON_CPU, StackSampleEvent
-from otelbpf.semantics import genai, gpu
 
 log = logging.getLogger("otelbpf")
 
@@ -66,38 +65,6 @@ class LiveSource(Protocol):
 
 class Flushable(Protocol):
     def shutdown(self, timeout_s: float = ...) -> None: ...
-
-
-def live_pipeline(source, consumer, resources, counters, options=None, max_connections: int = 16384) -> Pipeline:
-    """A pipeline wired to a live source's hooks: muting a connection (per
-    source) whose protocol is unknown, and attaching / detaching per-process
-    probes as processes appear and exit. LLM API calls on HTTP/1 get GenAI
-    spans (otelbpf.semantics.genai); CUDA and NCCL calls get spans under
-    their requests (otelbpf.semantics.gpu)."""
-    pipeline = Pipeline(
-        consumer,
-        resources,
-        counters,
-        options,
-        max_connections=max_connections,
-        on_unrecognized=lambda conn: source.mute(conn.pid, conn.fd, conn.conn_id, conn.source),
-        on_new_process=source.watch_process,
-        on_process_exit=source.forget_process,
-        on_wants_bodies=_whole_capture(source),
-    )
-    genai.attach(pipeline)
-    gpu.attach(pipeline)
-    return pipeline
-
-
-def _whole_capture(source):
-    """The pipeline's on_wants_bodies for ``source``: whole capture of the connection
-    in the kernel (EbpfSource.capture_whole), or None for a source without it."""
-    try:
-        capture_whole = source.capture_whole
-    except AttributeError:
-        return None
-    return lambda conn: capture_whole(conn.pid, conn.fd, conn.conn_id, conn.source)
 
 
 class Agent:

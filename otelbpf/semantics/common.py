@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol, runtime_checkable
 
 from otelbpf.core.events import CallEvent, Source
 from otelbpf.core.identity import SpanStart
@@ -54,11 +54,20 @@ class SpanSemantics(Protocol):
         ...
 
 
+@runtime_checkable
 class CallSemantics(Protocol):
-    """Turns library calls seen by uprobes (``CallEvent``) into spans."""
+    """Turns library calls seen by uprobes (``CallEvent``) into spans.
+
+    A library's call semantics subclasses this class: the optional capability below has
+    its default here (``Registry.register_calls`` refuses semantics that do not subclass it).
+    """
 
     #: The library family it handles (``CallEvent.library``).
     library: str
+    #: Where a call made on a thread that serves no request goes: the identity of the
+    #: span it joins (GPU engine steps: otelbpf/semantics/gpu_steps.py), or None for a
+    #: root span. None here: such calls are roots.
+    place_off_request: "Callable[[CallEvent], SpanStart | None] | None" = None
 
     def span(self, start: SpanStart, call: CallEvent) -> SpanRecord | None:
         """The span for ``call``, or None when the call is only counted."""

@@ -58,28 +58,26 @@ from otelbpf.semantics.gpu_steps import EngineSteps
 
 
 def attach(pipeline, min_call_ns: int = 0) -> GpuState:
-    """Give ``pipeline`` GPU call spans (CUDA, NCCL) and launch counts on request spans.
+    """Give ``pipeline`` GPU call spans (CUDA, NCCL) and launch counts on request spans,
+    through its declared hooks (otelbpf/assembly.py lists them).
     ``min_call_ns``: fold CUDA calls shorter than this (0: none; see :class:`GpuState`)."""
     existing = state_of(pipeline)
     if existing is not None:
         return existing
     state = GpuState(pipeline.counters, min_call_ns)
-    pipeline.registry.register_calls(CudaCalls(state))
-    pipeline.registry.register_calls(NcclCalls(state))
-    consumer = pipeline.consumer = GpuSpanConsumer(pipeline.consumer, state)
+    pipeline.add_calls(CudaCalls(state))
+    pipeline.add_calls(NcclCalls(state))
+    consumer = pipeline.wrap_consumer(lambda inner: GpuSpanConsumer(inner, state))
     attach_steps(pipeline, state)
     # after the steps' hook: a step flushed at the end may still carry a collective
     pipeline.tick_hooks.append(consumer.tick)
-    exited = pipeline.on_process_exit
 
-    def on_process_exit(pid: int) -> None:
+    def process_exited(pid: int) -> None:
         if state.steps is not None:
             state.steps.process_exited(pid)
         state.forget(pid)
-        if exited is not None:
-            exited(pid)
 
-    pipeline.on_process_exit = on_process_exit
+    pipeline.exit_hooks.append(process_exited)
     return state
 
 

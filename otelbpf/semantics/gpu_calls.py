@@ -16,6 +16,7 @@ from otelbpf import semconv as sc
 from otelbpf.core.events import CallEvent
 from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import AttributeValue, SpanRecord, StatusCode
+from otelbpf.semantics.common import CallSemantics
 from otelbpf.semantics.gpu_functions import (
     CUDA_COPIES,
     CUDA_DEVICE_ALLOCS,
@@ -61,7 +62,7 @@ def _finish(start: SpanStart, call: CallEvent, scope: str, attrs: dict[str, Attr
 # -- CUDA -------------------------------------------------------------------------------------
 
 
-class CudaCalls:
+class CudaCalls(CallSemantics):
     """CUDA runtime and driver calls (``CallEvent.library == "cuda"``) as spans."""
 
     library = sc.OTELBPF_SCOPE_CUDA
@@ -142,7 +143,7 @@ class CudaCalls:
 # -- NCCL -------------------------------------------------------------------------------------
 
 
-class NcclCalls:
+class NcclCalls(CallSemantics):
     """NCCL calls (``CallEvent.library == "nccl"``) as spans."""
 
     library = sc.OTELBPF_SCOPE_NCCL

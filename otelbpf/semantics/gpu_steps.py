@@ -50,7 +50,6 @@ from otelbpf.core.identity import SpanStart, TraceGroup
 from otelbpf.core.model import SpanKind, SpanLink, SpanRecord, new_span_id, new_trace_id
 from otelbpf.host.procfs import parent_of
 from otelbpf.semantics.gpu_functions import CUDA_SYNCS
-from otelbpf.semantics.gpu_state import state_of
 
 #: Functions that end a step when they return (the synchronisations): the engine waits for its batch there.
 SYNC_FUNCTIONS = frozenset(CUDA_SYNCS)
@@ -350,13 +349,6 @@ def options_from(args) -> StepOptions:
         max_links=max(0, args.gpu_step_max_links),
         scope=args.gpu_step_scope,
     )
-
-
-def configure(pipeline, args) -> None:
-    """Apply ``otelbpf run``'s step options to the steps GPU semantics attached to ``pipeline``."""
-    state = state_of(pipeline)
-    if state is not None and state.steps is not None:
-        state.steps.options = options_from(args)
 
 
 def _positive_float(text: str) -> float:

@@ -6,14 +6,14 @@ regex match over at most a few KiB: no decoding, no header parsing.
 
 from __future__ import annotations
 
-from protocols.base import Direction, ProgressFilter, Transport
+from protocols.base import Detector, Direction, ProgressFilter, Transport
 from protocols.http1.parse import looks_like_request_start, looks_like_response_start
 from protocols.http1.stitch import Http1Session
 from protocols.http1.types import PROTOCOL
 
 
-class Http1Detector:
-    """``Detector`` of base.py for HTTP/1.0 and HTTP/1.1.
+class Http1Detector(Detector):
+    """The detector of HTTP/1.0 and HTTP/1.1.
 
     A request line (a standard method, or any token method followed by a
     target and `` HTTP/1.x``) means ``direction`` carries requests; a status

@@ -271,6 +271,9 @@ class HttpExchange:
     #: detector's ``progress_filter``; base.py).
     reports_progress: bool
 
+    #: Not a message read by several processes: linked by connection pair (base.py).
+    message_key = None
+
     def __init__(self, request, response=None, kind=ExchangeKind.SERVER, outcome=Outcome.COMPLETE,
                  protocol=PROTOCOL, abandoned_ns=0, correlation_key=None, reports_progress=False) -> None:
         self.request = request

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from protocols.base import Direction, ProgressFilter, Transport
+from protocols.base import Detector, Direction, ProgressFilter, Transport
 from protocols.http2 import frames as fr
 from protocols.http2.hpack_state import TolerantDecoder
 from protocols.http2.stitch import Http2Session
@@ -32,8 +32,8 @@ _REQUEST_PSEUDO = (":method", ":path", ":scheme", ":authority")
 _MIN_FRAMES = 1
 
 
-class Http2Detector:
-    """``Detector`` of base.py for HTTP/2 over cleartext (and TLS plaintext).
+class Http2Detector(Detector):
+    """The detector of HTTP/2 over cleartext (and TLS plaintext).
 
     Registered before HTTP/1's so that an ``Upgrade: h2c`` request is HTTP/2's.
     """

@@ -101,6 +101,9 @@ class Http2Exchange:
     #: detector's ``progress_filter``; protocols/base.py).
     reports_progress: bool
 
+    #: Not a message read by several processes: linked by connection pair (base.py).
+    message_key = None
+
     def __init__(self, stream_id, request, response=None, kind=ExchangeKind.SERVER, outcome=Outcome.COMPLETE,
                  protocol=PROTOCOL, abandoned_ns=0, reset_code=None, upgraded=False, joined_late=False,
                  reports_progress=False) -> None:

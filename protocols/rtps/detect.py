@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from protocols.base import Direction, Transport
+from protocols.base import Detector, Direction, Transport
 from protocols.rtps.state import SharedState
 from protocols.rtps.stitch import RtpsSession
 from protocols.rtps.types import PROTOCOL
 from protocols.rtps.wire import MAGIC
 
 
-class RtpsDetector:
+class RtpsDetector(Detector):
     """RTPS over UDP. Owns the state every session shares (discovery, sequence windows)."""
 
     protocol = PROTOCOL
     transports = Transport.DATAGRAM
+    #: sessions watch DDS data per process (protocols/rtps/state.py, DataWatch)
+    per_process_sessions = True
 
     def __init__(self, state: SharedState | None = None) -> None:
         self.state = state if state is not None else SharedState()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from protocols.base import (
+    Detector,
     Direction,
     ExchangeCompleted,
     ExchangeKind,
@@ -38,6 +39,10 @@ class ToyExchange:
     @property
     def correlation_key(self) -> str:
         return self.request_id
+
+    @property
+    def message_key(self) -> None:
+        return None
 
     @property
     def end_ns(self) -> int:
@@ -95,7 +100,7 @@ class ToySession:
         return [abandon(exchange, Outcome.CONNECTION_CLOSED, ts_ns) for exchange in pending]
 
 
-class ToyDetector:
+class ToyDetector(Detector):
     protocol = PROTOCOL
     transports = Transport.STREAM | Transport.DATAGRAM
 
