@@ -182,3 +182,42 @@ def test_the_pure_parsers_import_nothing_of_the_agent():
         if module.startswith("protocols")
     }
     assert not {m: t for m, t in leaks.items() if t}
+
+
+#: The modules every event goes through: they read the capabilities that protocols/base.py's
+#: Detector and Exchange, and semantics/common.py's CallSemantics, declare with defaults.
+PER_EVENT_MODULES = ("otelbpf/pipeline.py", "otelbpf/registry.py", "otelbpf/core/connections.py", "otelbpf/core/association.py")
+
+
+def _calls(path: Path, names: set[str]) -> list[str]:
+    tree = ast.parse(path.read_text())
+    return [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.func.id}()"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in names
+    ]
+
+
+def test_no_capability_probing_on_the_per_event_path():
+    """Optional capabilities are declared with defaults (protocols/base.py, semantics/common.py),
+    not probed for with hasattr/getattr by the modules every event goes through."""
+    found = [
+        f"{module}:{node.lineno}"
+        for module in PER_EVENT_MODULES
+        for node in ast.walk(ast.parse((ROOT / module).read_text()))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+        and (node.func.id == "hasattr" or (node.func.id == "getattr" and len(node.args) == 3))  # a default: a probe
+    ]  # fmt: skip
+    assert not found, "declare the capability with a default instead:\n" + "\n".join(found)
+
+
+def test_pipelines_are_built_in_one_place():
+    """`run`, `demo` and `replay` build their pipeline through otelbpf/assembly.py: nothing else
+    in the agent constructs one, so the three cannot drift apart."""
+    builders = [
+        call
+        for module, path in source_files().items()
+        if module.startswith("otelbpf") and module not in ("otelbpf.assembly", "otelbpf.pipeline") and path.suffix == ".py"
+        for call in _calls(path, {"Pipeline"})
+    ]
+    assert not builders, "build it with otelbpf.assembly.build_pipeline:\n" + "\n".join(builders)

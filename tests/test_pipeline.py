@@ -467,3 +467,21 @@ def _points(metrics: SpanMetrics) -> dict[str, dict[tuple, int]]:
                 key = tuple(point.attributes.get(name) for name in instrument.attributes)
                 out.setdefault(instrument.name, {})[key] = out.get(instrument.name, {}).get(key, 0) + point.count
     return out
+
+
+def test_a_detector_must_declare_its_capabilities_by_subclassing_the_contract():
+    class DuckDetector:  # has detect and new_session, but not the declared capabilities
+        protocol = "duck"
+        transports = Transport.STREAM
+
+        def detect(self, direction, payload):
+            return None
+
+        def new_session(self, request_direction):
+            return LeakySession(request_direction)
+
+    with pytest.raises(TypeError, match="must subclass protocols.base.Detector"):
+        Registry().register(DuckDetector(), LeakySemantics())
+    detector = LeakyDetector()  # inherits the defaults
+    assert (detector.report_progress, detector.progress_filter, detector.per_process_sessions) == (False, None, False)
+    assert detector.take_notices() == [] and detector.take_counts() == []
