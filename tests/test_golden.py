@@ -105,11 +105,21 @@ def test_golden_replay(capture: Path) -> None:
     assert render(actual).splitlines() == render(expected).splitlines()  # pytest shows a line diff
 
 
-def test_every_protocol_folder_has_cases() -> None:
+def test_every_protocol_has_golden_cases() -> None:
+    """Every protocol the agent registers has a capture with its expected spans, and every
+    capture folder names a registered protocol (a new protocol cannot land without one)."""
+    from otelbpf.registry import default_registry
+
     assert CASES, "no golden captures found"
-    for folder in GOLDEN.iterdir():
-        if folder.is_dir():
-            assert list(folder.glob("*.pcap")), f"{folder} holds no capture"
+    registered = {entry.id for entry in default_registry().protocols}
+    for protocol in sorted(registered):
+        folder = GOLDEN / protocol
+        captures = sorted(folder.glob("*.pcap")) if folder.is_dir() else []
+        assert captures, f"protocol {protocol!r} has no golden capture in {folder} (tests/golden/README.md)"
+        missing = [c for c in captures if not c.with_name(c.stem + ".expected.json").exists()]
+        assert not missing, f"captures without their expected spans: {missing}"
+    folders = {folder.name for folder in GOLDEN.iterdir() if folder.is_dir()}
+    assert folders <= registered, f"golden folders of no registered protocol: {sorted(folders - registered)}"
     orphans = [p for p in GOLDEN.glob("*/*.expected.json") if not p.with_name(p.name.replace(".expected.json", ".pcap")).exists()]
     assert not orphans, f"expected files without a capture: {orphans}"
 

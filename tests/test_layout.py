@@ -10,6 +10,7 @@ not be how two modules that need each other are kept apart.
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -221,3 +222,18 @@ def test_pipelines_are_built_in_one_place():
         for call in _calls(path, {"Pipeline"})
     ]
     assert not builders, "build it with otelbpf.assembly.build_pipeline:\n" + "\n".join(builders)
+
+
+def test_every_protocol_folder_has_the_files_the_guide_promises():
+    """DEVELOPERS.md "Adding a protocol": detect.py, stitch.py, types.py and a fuzz test in
+    every registered protocol's folder (the parser is named for what it parses)."""
+    from otelbpf.registry import default_registry
+
+    for entry in default_registry().protocols:
+        folder = ROOT / "protocols" / entry.id
+        missing = [name for name in ("__init__.py", "detect.py", "stitch.py", "types.py", "tests/test_fuzz.py")
+                   if not (folder / name).is_file()]  # fmt: skip
+        assert not missing, f"protocols/{entry.id} lacks {missing}"
+        detect = importlib.import_module(f"protocols.{entry.id}.detect")
+        own = [c for c in vars(detect).values() if isinstance(c, type) and c.__module__ == detect.__name__]
+        assert any(isinstance(entry.detector, c) for c in own), f"the {entry.id} detector is not from protocols/{entry.id}/detect.py"
