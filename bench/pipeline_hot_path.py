@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from otelbpf.core.events import ConnOpen, DataEvent, RoleHint  # noqa: E402
 from otelbpf.core.selfmetrics import Counters  # noqa: E402
 from otelbpf.export import BatchSpanProcessor  # noqa: E402
-from otelbpf.export.base import SpanBatch  # noqa: E402
+from otelbpf.export.sinks import SpanBatch  # noqa: E402
 from otelbpf.host.resources import ProcessResources  # noqa: E402
 from otelbpf.metrics import MeteredProcessor, SpanMetrics  # noqa: E402
 from otelbpf.registry import default_instruments  # noqa: E402

@@ -1,7 +1,7 @@
 /* Records the kernel side hands to otelbpf through the BPF ring buffer.
  *
  * otelbpf/sources/ebpf_layout.py mirrors these layouts with struct.Struct;
- * tests/test_ebpf_layout.py checks the two agree (compiled offsets vs Python).
+ * tests/test_ebpf_record_abi.py checks the two agree (compiled offsets vs Python).
  * Only fixed-width types, explicit padding: the layout is an ABI.
  * Shared by every probe family (bpf/capture.c includes them all).
  */

@@ -15,7 +15,7 @@ from otlp_receiver import OtlpReceiver, free_port, otlp_receiver  # noqa: F401 -
 
 from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
 from otelbpf.core.selfmetrics import Counters
-from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink, OtlpHttpSink, SpanBatch, make_otlp_sink
+from otelbpf.export import BatchSpanProcessor, OtlpGrpcSink, OtlpHttpSink, SpanBatch, make_otlp_span_sink
 from otelbpf.otlp import TRACES, resolve_transport, signal_url
 
 OTLP_ENV = (
@@ -94,7 +94,7 @@ def test_grpc_sink_delivers_decodable_spans(otlp_receiver: OtlpReceiver) -> None
 def test_the_collector_receives_exactly_the_encoded_request(otlp_receiver: OtlpReceiver, protocol: str) -> None:
     """The sinks send SpanBatch.payload, the bytes the wire encoder wrote, without re-encoding them."""
     endpoint = otlp_receiver.grpc_endpoint if protocol == "grpc" else otlp_receiver.http_endpoint
-    sink = make_otlp_sink(endpoint, protocol)
+    sink = make_otlp_span_sink(endpoint, protocol)
     batch = SpanBatch(
         [span(0, pid=1, parent_span_id=bytes(8 * [3]), trace_state="k=v"), span(1, pid=2, name="ünï <&>"),
          span(2, pid=1, attributes={"flag": True, "ratio": 0.5, "neg": -7, "s": ""})],
@@ -156,7 +156,7 @@ def test_unknown_protocol_is_rejected_listing_valid_values(monkeypatch: pytest.M
     if source == "env":
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
     with pytest.raises(ValueError, match=r"'http/json'.*valid values: grpc, http/protobuf"):
-        make_otlp_sink("http://localhost:4317", "http/json" if source == "argument" else None)
+        make_otlp_span_sink("http://localhost:4317", "http/json" if source == "argument" else None)
 
 
 def test_env_selects_http_endpoint_headers_and_gzip(
@@ -166,7 +166,7 @@ def test_env_selects_http_endpoint_headers_and_gzip(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", otlp_receiver.http_endpoint)  # base: /v1/traces appended
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=acme,authorization=Bearer%20t0ken")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
-    sink = make_otlp_sink()
+    sink = make_otlp_span_sink()
     batch = batch_of(5)
 
     assert isinstance(sink, OtlpHttpSink)
@@ -187,7 +187,7 @@ def test_env_selects_grpc_traces_endpoint_and_headers(
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", otlp_receiver.grpc_endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-tenant=acme")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
-    sink = make_otlp_sink()
+    sink = make_otlp_span_sink()
     batch = batch_of(5)
 
     assert isinstance(sink, OtlpGrpcSink)
@@ -200,7 +200,7 @@ def test_env_selects_grpc_traces_endpoint_and_headers(
 
 def test_explicit_endpoint_overrides_env(otlp_receiver: OtlpReceiver, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://127.0.0.1:9/v1/traces")
-    sink = make_otlp_sink(otlp_receiver.http_endpoint, "http/protobuf")
+    sink = make_otlp_span_sink(otlp_receiver.http_endpoint, "http/protobuf")
 
     assert sink.export(batch_of(3)) is True
     sink.shutdown()
@@ -208,7 +208,7 @@ def test_explicit_endpoint_overrides_env(otlp_receiver: OtlpReceiver, monkeypatc
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_unreachable_collector_is_a_false_return_not_an_exception(protocol: str) -> None:
-    sink = make_otlp_sink(f"http://127.0.0.1:{free_port()}", protocol, timeout_s=0.5)
+    sink = make_otlp_span_sink(f"http://127.0.0.1:{free_port()}", protocol, timeout_s=0.5)
 
     assert sink.export(batch_of(3)) is False
     sink.shutdown()
@@ -235,7 +235,7 @@ def test_transient_collector_errors_are_retried_without_duplicates(
 ) -> None:
     endpoint = otlp_receiver.grpc_endpoint if protocol == "grpc" else otlp_receiver.http_endpoint
     counters = Counters()
-    processor = retrying_processor(make_otlp_sink(endpoint, protocol, timeout_s=0.5), counters)
+    processor = retrying_processor(make_otlp_span_sink(endpoint, protocol, timeout_s=0.5), counters)
     otlp_receiver.fail_next(2, **failure)
     batch = batch_of(10)
 

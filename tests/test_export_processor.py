@@ -14,7 +14,7 @@ from otlp_receiver import OtlpReceiver, free_port
 
 from otelbpf.core.model import ResourceLookup, SpanKind, SpanRecord
 from otelbpf.core.selfmetrics import Counters
-from otelbpf.export import BatchSpanProcessor, EncodedSpanBatch, SpanBatch, SpanSink, make_otlp_sink
+from otelbpf.export import BatchSpanProcessor, EncodedSpanBatch, SpanBatch, SpanSink, make_otlp_span_sink
 from otelbpf.export.encode import serialize_request
 
 
@@ -341,7 +341,7 @@ def blackhole_port() -> Iterator[int]:
 def test_shutdown_with_an_unresponsive_collector_returns_in_time_and_counts_the_loss(
     make_processor: Any, counters: Counters, blackhole_port: int, protocol: str
 ) -> None:
-    sink = make_otlp_sink(f"http://127.0.0.1:{blackhole_port}", protocol, timeout_s=30)
+    sink = make_otlp_span_sink(f"http://127.0.0.1:{blackhole_port}", protocol, timeout_s=30)
     processor = make_processor([sink], max_batch_size=10)
     feed(processor, make_spans(50))
     time.sleep(0.1)  # let the worker get stuck inside an export
@@ -360,7 +360,7 @@ def test_a_collector_that_comes_up_late_receives_every_span_once(
     make_processor: Any, counters: Counters, protocol: str
 ) -> None:
     port = free_port()
-    sink = make_otlp_sink(f"http://127.0.0.1:{port}", protocol, timeout_s=0.3)
+    sink = make_otlp_span_sink(f"http://127.0.0.1:{port}", protocol, timeout_s=0.3)
     processor = make_processor([sink], max_batch_size=50)
     spans = make_spans(600)
 

@@ -12,7 +12,7 @@ from otlp_receiver import free_port
 
 from conftest import EXAMPLES
 from otelbpf.core.selfmetrics import Counters
-from otelbpf.metrics.agent import label_key
+from otelbpf.metrics.selfmetrics import label_key
 from otelbpf.runtime.health import prometheus_text
 
 

@@ -44,7 +44,7 @@ def host_process():
 
 
 def host_name_seen(host_pid: int, **kwargs) -> subprocess.CompletedProcess:
-    code = f"from otelbpf.host.identity import node_host_name; print(node_host_name({host_pid}))"
+    code = f"from otelbpf.host.resource_ids import node_host_name; print(node_host_name({host_pid}))"
     return in_own_uts("agent-pod-x1", f"{PY} -c {json.dumps(code)}", **kwargs)
 
 

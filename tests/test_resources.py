@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from otelbpf.host.identity import container_ids
+from otelbpf.host.resource_ids import container_ids
 from otelbpf.host.resources import (
     ProcessResources,
     parse_resource_attributes,

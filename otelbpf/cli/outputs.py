@@ -40,11 +40,11 @@ def otlp_configured_by_env() -> bool:
 def build_sinks(args, default_to_console: bool = True):
     """The span sinks the output options (and OTEL_* variables) ask for, or
     the embedded default: a console tree and an OTLP JSON file."""
-    from otelbpf.export import ConsoleSink, JsonFileSink, make_otlp_sink
+    from otelbpf.export import ConsoleSink, JsonFileSink, make_otlp_span_sink
 
     sinks = []
     if wants_otlp(args):
-        sinks.append(make_otlp_sink(args.otlp_endpoint, args.otlp_protocol))
+        sinks.append(make_otlp_span_sink(args.otlp_endpoint, args.otlp_protocol))
     if getattr(args, "json_file", None):
         sinks.append(JsonFileSink(args.json_file))
     if getattr(args, "console", False):

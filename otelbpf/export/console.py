@@ -30,7 +30,7 @@ from typing import Iterator, TextIO
 
 from otelbpf import semconv as sc
 from otelbpf.core.model import SpanKind, SpanRecord, StatusCode
-from otelbpf.export.base import FailureLog, SpanBatch, SpanSink
+from otelbpf.export.sinks import FailureLog, SpanBatch, SpanSink
 
 _log = logging.getLogger(__name__)
 

@@ -45,7 +45,7 @@ from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 
 import otelbpf
 from otelbpf.core.model import ResourceLookup, SpanRecord
-from otelbpf.export.base import SpanBatch
+from otelbpf.export.sinks import SpanBatch
 from otelbpf.export.encode import group_spans, span_message
 from otelbpf.otlp.jsonlines import JsonLinesSink, go_escaped, read_json_lines
 from otelbpf.otlp.wire import UINT64_MAX, FragmentCache, Unusual, fill_attributes_safely, resource_attributes, text

@@ -28,7 +28,7 @@ from typing import Sequence
 
 from otelbpf.core.model import ResourceLookup, SpanRecord
 from otelbpf.core.selfmetrics import Counters
-from otelbpf.export.base import EncodedSpanBatch, SpanBatch, SpanSink
+from otelbpf.export.sinks import EncodedSpanBatch, SpanBatch, SpanSink
 from otelbpf.export.encode import wire_part
 from otelbpf.otlp.queue import BatchQueue, CounterNames, RetryPolicy, setting
 

@@ -20,7 +20,7 @@ from typing import Callable, Mapping
 from otelbpf import __version__, semconv as sc
 from otelbpf.core.model import AttributeValue, ResourceLookup
 from otelbpf.host import procfs
-from otelbpf.host.identity import container_ids, language_of, node_host_name, process_instance_id
+from otelbpf.host.resource_ids import container_ids, language_of, node_host_name, process_instance_id
 
 INTERPRETERS = re.compile(r"^(python[\d.]*|pypy[\d.]*|node|nodejs|ruby[\d.]*|perl[\d.]*|php[\d.]*|bun|deno)$")
 

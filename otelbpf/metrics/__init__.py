@@ -17,7 +17,7 @@ Typical wiring (see otelbpf/cli/main.py)::
     agent = Agent(source, pipeline, consumer, counters)              # shutdown: spans, then metrics
 """
 
-from otelbpf.metrics.agent import agent_resource_attributes, label_key
+from otelbpf.metrics.selfmetrics import agent_resource_attributes, label_key
 from otelbpf.metrics.consumer import MeteredProcessor
 from otelbpf.metrics.encode import encode_metrics
 from otelbpf.metrics.exporter import MetricsExporter, resolve_interval

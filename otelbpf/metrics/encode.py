@@ -27,7 +27,7 @@ from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 
 import otelbpf
 from otelbpf.core.model import AttributeValue
-from otelbpf.metrics.agent import AgentMetrics
+from otelbpf.metrics.selfmetrics import AgentMetrics
 from otelbpf.metrics.histograms import HistogramPoint, ProcessHistograms
 from otelbpf.otlp.wire import fill_attributes_checked, fill_attributes_safely
 

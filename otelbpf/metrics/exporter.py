@@ -34,7 +34,7 @@ from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportM
 
 from otelbpf.core.model import AttributeValue
 from otelbpf.core.selfmetrics import Counters
-from otelbpf.metrics.agent import (
+from otelbpf.metrics.selfmetrics import (
     EXPORT_FAILURES,
     EXPORTS,
     SERIES,

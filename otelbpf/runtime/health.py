@@ -22,7 +22,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from otelbpf.metrics.agent import label_key
+from otelbpf.metrics.selfmetrics import label_key
 
 log = logging.getLogger("otelbpf")
 

@@ -5,7 +5,7 @@
 # record, wherever the record is: a bytes object, or the ring buffer's memory
 # (RingBufReader.drain_decoded). The field order and widths here are HEADER's
 # ("<QQIIiBBBBIIQ", 48 bytes, no padding); ebpf_layout.py checks sizeof against
-# HEADER.size at import, and tests/test_ebpf_layout.py checks HEADER against
+# HEADER.size at import, and tests/test_ebpf_record_abi.py checks HEADER against
 # capture.h compiled by the C compiler.
 cimport cython as cy
 from cpython.bytes cimport PyBytes_FromStringAndSize

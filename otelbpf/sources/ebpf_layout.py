@@ -1,7 +1,7 @@
 """Python mirror of bpf/capture.h: record layouts and decoding.
 
 Kept apart from the loader so it can be tested (and used for replaying raw
-records) without BCC. tests/test_ebpf_layout.py compiles capture.h and checks
+records) without BCC. tests/test_ebpf_record_abi.py compiles capture.h and checks
 these offsets against the C compiler's.
 
 Also the one table of saved-user-register offsets per architecture
@@ -81,7 +81,7 @@ STAT_COUNT = 7
 #: Offsets in the kernel's struct pt_regs (the saved user registers of a
 #: syscall) per machine: the syscall number, the six syscall arguments and a
 #: mode word telling native from 32-bit compat syscalls ((word & mask) ==
-#: native). Passed to bpf/common.h as -DREG_*; tests/test_ebpf_layout.py
+#: native). Passed to bpf/common.h as -DREG_*; tests/test_ebpf_record_abi.py
 #: checks them against the C layouts.
 #:
 #: x86_64: r15 r14 r13 r12 bp bx r11 r10 r9 r8 ax cx dx si di orig_ax ip cs

@@ -127,7 +127,7 @@ def program_text(path: Path | None = None, _seen: set[Path] | None = None) -> st
     (``map.lookup()``) only in the main file it compiles, so common.h and the
     probe-family files are inlined (with #line markers, so compiler messages
     name the right file). capture.h, the record ABI (plain structs, also
-    compiled by tests/test_ebpf_layout.py), stays an ordinary include.
+    compiled by tests/test_ebpf_record_abi.py), stays an ordinary include.
     """
     path = path or BPF_DIR / "capture.c"
     seen = _seen if _seen is not None else set()

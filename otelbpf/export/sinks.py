@@ -14,6 +14,9 @@ the OTLP sinks).
 A ``SpanSink`` is an ``otelbpf.otlp.Sink`` of span batches: ``export``
 answers ``True`` (delivered) or ``False`` (failed, try again later) and
 never raises; the processor owns retries, backoff and drop accounting.
+``make_otlp_span_sink`` is the OTLP one (the traces signal on the transports
+every signal shares, ``otelbpf.otlp.transport``), as ``make_otlp_metric_sink``
+(otelbpf/metrics/sinks.py) and ``make_otlp_profile_sink`` are for theirs.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from otelbpf.core.model import ResourceLookup, SpanRecord
 from otelbpf.export.encode import serialize_parts, serialize_request
+from otelbpf.otlp.signals import TRACES
 from otelbpf.otlp.sink import FailureLog, Sink
+from otelbpf.otlp.transport import OtlpSink, make_otlp_sink
 
-__all__ = ["EncodedSpanBatch", "FailureLog", "SpanBatch", "SpanSink"]
+__all__ = ["EncodedSpanBatch", "FailureLog", "SpanBatch", "SpanSink", "make_otlp_span_sink"]
 
 
 class _Encoded:
@@ -110,3 +115,9 @@ class EncodedSpanBatch(_Encoded):
 
 #: A destination for span batches (OTLP collector, JSON file, console).
 SpanSink = Sink["SpanBatch"]
+
+
+def make_otlp_span_sink(endpoint: str | None = None, protocol: str | None = None, *, timeout_s: float | None = None) -> OtlpSink:
+    """The OTLP span sink for ``protocol`` (else OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_EXPORTER_OTLP_PROTOCOL, else grpc); see ``otelbpf.otlp.transport.make_otlp_sink``."""
+    return make_otlp_sink(TRACES, endpoint, protocol, timeout_s=timeout_s)

@@ -40,7 +40,7 @@ from otelbpf import semconv as sc
 from otelbpf.core.model import AttributeValue
 from otelbpf.core.selfmetrics import DESCRIPTIONS, Counters
 from otelbpf.host import procfs
-from otelbpf.host.identity import container_ids, node_host_name
+from otelbpf.host.resource_ids import container_ids, node_host_name
 from otelbpf.host.resources import parse_resource_attributes
 from otelbpf.metrics.histograms import EXPIRED, OVERFLOWED
 
