@@ -98,6 +98,10 @@ def test_replay_missing_file_is_a_clear_error(tmp_path):
         (["run", "--pid", "1", "--duration", "soon"], "not a number"),
         (["run", "--pid", "1", "--nice", "25"], "between 0 and 19"),
         (["run", "--pid", "1", "--max-cpu", "0"], "must be > 0"),
+        # profile kinds' switches (otelbpf/profiles/kinds.py): their parsers are the table's
+        (["run", "--pid", "1", "--profile-hz", "2000"], "at most 1000 samples per second"),
+        (["run", "--pid", "1", "--off-cpu", "--off-cpu-min", "soon"], "is not a duration"),
+        (["run", "--pid", "1", "--gpu-launch-sample-every", "often"], "invalid int value"),
     ],
 )
 def test_wrong_flags_give_a_clear_error(args, message):

@@ -22,6 +22,7 @@ from otelbpf.core.events import (
     ProcessStart,
     RoleHint,
 )
+from otelbpf.profiles.kinds import PROFILE_KINDS
 from otelbpf.sources import ebpf_layout as layout
 from otelbpf.sources.ebpf_program import BPF_DIR
 from protocols.base import Direction
@@ -63,11 +64,15 @@ int main(void) {
     F(offcpu_end, blocked_ns);
     C(EV_PROFILE); C(EV_OFFCPU_END);
     C(PROFILE_ON_CPU); C(PROFILE_OFF_CPU); C(PROFILE_GPU_CALL); C(PROFILE_GPU_LAUNCH);
+    /* PROFILE_KINDS */
     C(PF_KERNEL_MODE); C(PF_PY_NO_THREAD); C(PF_PY_TRUNCATED); C(PF_STACK_TRUNCATED);
     C(PYF_EVAL_END); C(PYF_SHIM); C(PROFILE_PY_FRAMES); C(PROFILE_REGS); C(PROFILE_STACK_BYTES);
     return 0;
 }
 """
+
+# every kind of otelbpf/profiles/kinds.py's table, by its C name (an entry naming no member fails the compile)
+PROBE = PROBE.replace("/* PROFILE_KINDS */", " ".join(f"C({kind.c_name});" for kind in PROFILE_KINDS))
 
 
 def _offsets_of(fmt: str) -> list[tuple[int, int]]:
@@ -165,6 +170,17 @@ def test_profile_constants_match_c(c_layout):
     assert len({getattr(layout, n) for n in ("EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER "
                                                "EV_DATAGRAM EV_PROC_START EV_CALL").split()}
                | {records.EV_PROFILE, records.EV_OFFCPU_END}) == 10  # fmt: skip
+
+
+def test_profile_kinds_table_matches_c(c_layout):
+    """Each entry of otelbpf/profiles/kinds.py's table has its enum profile_kind value, and
+    each member of the enum (bpf/capture.h) has an entry: a kind the kernel can send is one
+    the profiler dispatches."""
+    for kind in PROFILE_KINDS:
+        assert c_layout[kind.c_name] == (kind.record_kind,), kind.name
+    enum = re.search(r"enum profile_kind \{(.*?)\};", (BPF_DIR / "capture.h").read_text(), re.S)
+    members = re.findall(r"^\s*(\w+)\s*=", enum.group(1), re.M)
+    assert members and sorted(members) == sorted(kind.c_name for kind in PROFILE_KINDS)
 
 
 def test_profile_records_match_c(c_layout):

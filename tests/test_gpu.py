@@ -11,7 +11,7 @@ from hypothesis import given, settings, strategies as st
 from test_pipeline import IN, OUT, accepted, data, make_pipeline
 
 from conftest import ROOT
-from otelbpf.cli.durations import parse_duration_ns
+from otelbpf.durations import parse_duration_ns
 from otelbpf.core.events import CallEvent, ProcessStart
 from otelbpf.core.model import StatusCode
 from otelbpf.semantics import gpu, gpu_functions, nccl_lateness

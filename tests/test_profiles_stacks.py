@@ -295,7 +295,8 @@ def test_kernel_stacks_are_held_a_second_however_often_the_agent_drains():
 def test_the_profile_ring_is_read_before_busy_cpus_could_fill_it(monkeypatch):
     """On-CPU samples never wake a sleeping agent (bpf/profile.c): its sleep is cut to half
     the time every CPU, busy at hz with whole stack copies, takes to fill the ring."""
-    from otelbpf.profiles.sampler import OFF_CPU_UNREAD_LIMIT_S, ProfileConfig, ProfileSampler
+    from otelbpf.profiles.kinds import OFF_CPU_UNREAD_LIMIT_S
+    from otelbpf.profiles.sampler import ProfileConfig, ProfileSampler
 
     monkeypatch.setattr("os.cpu_count", lambda: 2)
     record = HEADER.size + PROFILE_INFO_SIZE + PROFILE_STACK_BYTES + 8

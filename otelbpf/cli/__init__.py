@@ -1,7 +1,6 @@
 """The command line: ``otelbpf run | demo | doctor | replay`` (``main``), and the checks around it.
 
 * ``main``: argument parsing and ``otelbpf run``, which wires sources, pipeline and exporters;
-* ``durations``: durations as the command line takes them (``50us``, ``1ms``);
 * ``outputs``: the span, metric and profile outputs built from the command line's options;
 * ``firstrun``: first-run mistakes said once, with the fix;
 * ``demo``: the bundled example services, traced;

@@ -17,9 +17,9 @@ import time
 from otelbpf import __version__
 from otelbpf.cli import doctor, firstrun, outputs
 from otelbpf.cli.demo import run_demo
-from otelbpf.cli.durations import parse_duration_ns
+from otelbpf.durations import parse_duration_ns
 from otelbpf.otlp import OTLP_TRANSPORTS
-from otelbpf.profiles.sampler import DEFAULT_HZ as DEFAULT_PROFILE_HZ, MAX_HZ as MAX_PROFILE_HZ
+from otelbpf.profiles.kinds import PROFILE_KINDS, add_switches as add_profile_switches
 from otelbpf.runtime import gctune
 from otelbpf.semantics import gpu_steps
 
@@ -96,30 +96,14 @@ def _add_output_options(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_profile_options(p: argparse.ArgumentParser) -> None:
+def _add_profile_options(p: argparse.ArgumentParser, kinds=PROFILE_KINDS) -> None:
+    """Each profile kind's switches (the table in otelbpf/profiles/kinds.py), then the options
+    every kind shares."""
     prof = p.add_argument_group(
         "profiles (CPU flame graphs of traced processes, each sample linked to its request span; docs/profiles.md)"
     )
-    prof.add_argument(
-        "--profile-hz",
-        type=_profile_hz,
-        default=DEFAULT_PROFILE_HZ,
-        metavar="HZ",
-        help=f"on-CPU stack samples per second per thread, 1..{MAX_PROFILE_HZ} (default {DEFAULT_PROFILE_HZ})",
-    )
+    add_profile_switches(prof, kinds)
     prof.add_argument("--no-profiles", action="store_true", help="take no stack samples (no profiles)")
-    prof.add_argument(
-        "--off-cpu",
-        action="store_true",
-        help="also profile time blocked (sched_switch: a stack copy each time a traced thread blocks)",
-    )
-    prof.add_argument(
-        "--off-cpu-min",
-        type=_duration_ns,
-        default=1_000_000,
-        metavar="DURATION",
-        help="with --off-cpu, blocks shorter than this are not reported (default 1ms)",
-    )
     prof.add_argument(
         "--profile-ring-mb",
         type=_positive_int,
@@ -127,19 +111,6 @@ def _add_profile_options(p: argparse.ArgumentParser) -> None:
         metavar="MB",
         help="ring buffer for stack samples, a power of two (default 4: ~100 samples of 32 KiB stacks "
         "ahead of the agent; a full ring counts otelbpf.profiles.lost)",
-    )
-    prof.add_argument(
-        "--no-gpu-profiles",
-        action="store_true",
-        help="no GPU profiles: the GPU call probes take no stack (on by default with profiles: device memory "
-        "allocated and in use, pinned memory, copies, waits and sampled launches by stack; docs/gpu.md)",
-    )
-    prof.add_argument(
-        "--gpu-launch-sample-every",
-        type=int,
-        default=128,
-        metavar="N",
-        help="GPU profiles: take a stack at 1 kernel launch in N per thread, weighted N (0: none; default 128)",
     )
     prof.add_argument(
         "--profile-interval",
@@ -161,13 +132,6 @@ def _add_profile_options(p: argparse.ArgumentParser) -> None:
         metavar="FILE.html",
         help="write an interactive flame graph page at exit (with no profile output given: beside the traces file)",
     )
-
-
-def _profile_hz(text: str) -> int:
-    value = _positive_int(text)
-    if value > MAX_PROFILE_HZ:
-        raise argparse.ArgumentTypeError(f"at most {MAX_PROFILE_HZ} samples per second, got {value}")
-    return value
 
 
 def _add_exclusion_options(p: argparse.ArgumentParser) -> None:
@@ -200,7 +164,8 @@ def build_exclusions(args):
     return exclusions
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(profile_kinds=PROFILE_KINDS) -> argparse.ArgumentParser:
+    """The command line; ``run``'s profile switches are those of ``profile_kinds``."""
     parser = argparse.ArgumentParser(prog="otelbpf", description="Zero-code eBPF tracing, exported as OpenTelemetry.")
     parser.add_argument("--version", action="version", version=f"otelbpf {__version__}")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
@@ -293,7 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
         "counted in otelbpf.events.discarded): what the kernel capture alone costs the traced app",
     )
     _add_output_options(run)
-    _add_profile_options(run)
+    _add_profile_options(run, profile_kinds)
 
     replay = sub.add_parser("replay", help="run the same pipeline on a pcap/pcapng capture")
     replay.add_argument("pcap", help="capture file (pcap or pcapng)")
@@ -394,8 +359,8 @@ def cmd_run(args) -> int:
     from otelbpf.core.selfmetrics import Counters
     from otelbpf.host.exclusions import ExcludingSource
     from otelbpf.host.resources import ProcessResources
-    from otelbpf.profiles.sampler import ProfileError
     from otelbpf.assembly import GpuOptions, attach_profiles, build_pipeline
+    from otelbpf.profiles.kinds import ProfileError
     from otelbpf.runtime.agent import Agent
     from otelbpf.runtime.budget import CpuBudget
     from otelbpf.runtime.health import HealthServer, Heartbeat

@@ -92,18 +92,14 @@ def build_consumer(args, resources, counters, default_to_console: bool = True):
     return MeteredProcessor(processor, span_metrics, exporter), exporter
 
 
-def profile_config(args):
-    """What the profile options ask the kernel for (``hz`` 0: no profiles)."""
-    from otelbpf.profiles.sampler import ProfileConfig
+def profile_config(args, config_class=None):
+    """What the profile options ask the kernel for (``hz`` 0: no profiles): each kind's
+    settings from its switches (otelbpf/profiles/kinds.py), and the shared options."""
+    if config_class is None:
+        from otelbpf.profiles.sampler import ProfileConfig as config_class
 
-    return ProfileConfig(
-        hz=0 if args.no_profiles else args.profile_hz,
-        off_cpu=args.off_cpu and not args.no_profiles,
-        off_cpu_min_ns=args.off_cpu_min,
-        ring_mb=getattr(args, "profile_ring_mb", 4),
-        publish_trace_context=args.publish_trace_context,
-        gpu=not (getattr(args, "no_gpu_profiles", False) or getattr(args, "no_gpu", False)),
-        gpu_launch_every=getattr(args, "gpu_launch_sample_every", 128),
+    return config_class.from_args(
+        args, ring_mb=getattr(args, "profile_ring_mb", 4), publish_trace_context=args.publish_trace_context
     )
 
 

@@ -23,7 +23,9 @@ the two by (thread, entry time) and makes samples of:
   (and asynchronous ones from pageable memory, synchronous in effect) and NCCL collectives,
   with ``otelbpf.gpu.wait.reason``;
 * ``gpu_launch``: bpf/gpu.c samples 1 kernel launch in N per (thread, task), weighted N
-  (PROFILE_GPU_LAUNCH; the weight travels in the header's total_len).
+  (PROFILE_GPU_LAUNCH; the weight travels in the header's total_len). These need no call:
+  the table of kinds (otelbpf/profiles/kinds.py) sends them to the profiler's linked
+  handler, as CPU samples, not here.
 
 Call samples are linked to the span the call's span is a child of (the request span, or the
 engine step of a thread serving none), read at export; launch samples like CPU samples
@@ -39,8 +41,8 @@ from collections import OrderedDict
 
 from otelbpf import semconv as sc
 from otelbpf.profiles.model import FRAME_MARKER, Frame, Sample
-from otelbpf.profiles.records import PROFILE_GPU_LAUNCH, StackSampleEvent
-from otelbpf.profiles.types import GPU_ALLOC, GPU_COPY, GPU_INUSE, GPU_LAUNCH, GPU_PINNED, GPU_PINNED_ALLOC, GPU_WAIT
+from otelbpf.profiles.records import StackSampleEvent
+from otelbpf.profiles.types import GPU_ALLOC, GPU_COPY, GPU_INUSE, GPU_PINNED, GPU_PINNED_ALLOC, GPU_WAIT
 from otelbpf.semantics.gpu_functions import CUDA_COPIES, NCCL_STACK_FUNCTIONS
 
 log = logging.getLogger("otelbpf.profiles")
@@ -141,10 +143,7 @@ class GpuProfiles:
     # -- the two halves ---------------------------------------------------
 
     def on_sample(self, event: StackSampleEvent) -> None:
-        if event.kind == PROFILE_GPU_LAUNCH:
-            start = self.profiler.serving(event)
-            self.profiler.add_gpu_launch(event, GPU_LAUNCH, (max(event.weight, 1),), start)
-            return
+        """A GPU call's stack (kind PROFILE_GPU_CALL), to be joined to its call."""
         key = (event.tid, event.ts_ns)
         call = self._calls.pop(key, None)
         if call is None:

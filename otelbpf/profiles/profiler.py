@@ -38,7 +38,8 @@ from time import thread_time_ns
 from otelbpf.profiles.export import CPU_TIME
 from otelbpf.profiles.gpu import GpuProfiles
 from otelbpf.profiles.model import Sample
-from otelbpf.profiles.records import PROFILE_GPU_CALL, PROFILE_GPU_LAUNCH, PROFILE_OFF_CPU, OffCpuEnd, StackSampleEvent
+from otelbpf.profiles.kinds import PROFILE_KINDS
+from otelbpf.profiles.records import OffCpuEnd, StackSampleEvent
 from otelbpf.profiles.stacks import StackBuilder
 from otelbpf.profiles.types import OFF_CPU, cpu_type
 from otelbpf.semantics.gpu_state import state_of
@@ -66,7 +67,11 @@ CPU_REPORT_NS = 1_000_000
 
 
 class Profiler:
-    def __init__(self, sampler, exporters, resources, counters, hz: int, interval_s: float = 10.0, builder=None) -> None:
+    """Links, builds and exports the samples of one sampler. Each sample goes to its kind's
+    handler (otelbpf/profiles/kinds.py: ``kinds``, the table, says which)."""
+
+    def __init__(self, sampler, exporters, resources, counters, hz: int, interval_s: float = 10.0, builder=None,
+                 kinds=PROFILE_KINDS) -> None:  # fmt: skip
         self.sampler = sampler
         self.exporters = list(exporters)
         self.resources = resources
@@ -92,12 +97,17 @@ class Profiler:
         self._cpu_ns = 0
         #: GPU profiles (otelbpf/profiles/gpu.py): stacks of GPU calls joined to the calls
         self.gpu = GpuProfiles(self)
+        self.kinds = tuple(kinds)
+        #: the sample's kind (the record's value) -> its handler: the dispatch of on_sample
+        self._handlers = {kind.record_kind: kind.handler(self) for kind in self.kinds}
 
     def attach(self, pipeline) -> None:
         """Handle the sampler's events in ``pipeline`` and export on its clock."""
         self.linker = pipeline.linker
         pipeline.add_handler(StackSampleEvent, self.on_sample)
-        pipeline.add_handler(OffCpuEnd, self.on_offcpu_end)
+        for kind in self.kinds:  # the other records a kind's programs send (off-CPU: OffCpuEnd)
+            for event_type, handler in kind.events:
+                pipeline.add_handler(event_type, handler(self))
         pipeline.linker.answer_observers.append(self)
         pipeline.tick_hooks.append(self.tick)
         pipeline.exit_hooks.append(self.forget)
@@ -110,15 +120,32 @@ class Profiler:
     # -- samples ----------------------------------------------------------
 
     def on_sample(self, event: StackSampleEvent) -> None:
+        """A sample, to its kind's handler; one of a kind the table does not know is counted
+        (``otelbpf.profiles.samples.unknown_kind``) and dropped."""
         started = thread_time_ns()
         self._last_clock_ns = max(self._last_clock_ns, event.ts_ns)
-        if event.kind == PROFILE_GPU_CALL or event.kind == PROFILE_GPU_LAUNCH:
-            self.gpu.on_sample(event)
-        elif event.kind == PROFILE_OFF_CPU:
-            self._hold_blocked(event, self.serving(event))  # the span it blocked in: a request or an engine step
+        handle = self._handlers.get(event.kind)
+        if handle is None:
+            self.counters.add("otelbpf.profiles.samples.unknown_kind")
         else:
-            self._add(event, self.cpu, (1,), self.serving(event))
+            handle(event)
         self._cpu_ns += thread_time_ns() - started
+
+    def linked(self, profile, values):
+        """A handler (kinds.py) for samples linked when they come, to the span their thread
+        (or task) serves then: each a sample of ``profile`` weighing ``values(event)``
+        (on-CPU samples, sampled GPU launches)."""
+        add, serving = self._add, self.serving
+
+        def handle(event: StackSampleEvent) -> None:
+            add(event, profile, values(event), serving(event))
+
+        return handle
+
+    def on_blocked(self, event: StackSampleEvent) -> None:
+        """An off-CPU sample, linked to the span it blocked in (a request or an engine step),
+        held until its thread runs again: its OffCpuEnd says for how long."""
+        self._hold_blocked(event, self.serving(event))
 
     def serving(self, event: StackSampleEvent):
         """The span a CPU, off-CPU or launch sample belongs to: its thread's (or task's) request
@@ -168,10 +195,6 @@ class Profiler:
     @property
     def last_clock_ns(self) -> int:
         return self._last_clock_ns
-
-    def add_gpu_launch(self, event: StackSampleEvent, profile, values: tuple[int, ...], start) -> None:
-        """A sampled kernel launch: linked like a CPU sample (its thread's or task's request)."""
-        self._add(event, profile, values, start)
 
     def add_gpu_sample(self, profile, call, frames, values, link, thread_name, attributes) -> None:
         """A GPU call's sample; ``link``: the span it is linked to (read at export)."""

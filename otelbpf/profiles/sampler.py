@@ -3,13 +3,15 @@ programs attached, its ring drained, its CPython maps kept filled.
 
 The eBPF source (otelbpf/sources/ebpf.py) compiles bpf/profile.c into its one
 BPF object with :meth:`ProfileConfig.cflags`, then hands the loaded object to
-a :class:`ProfileSampler`, which
+a :class:`ProfileSampler`. Both follow the table of profile kinds
+(otelbpf/profiles/kinds.py): ``ProfileConfig`` has a field per kind setting,
+its flags are each kind's, and the sampler
 
-- attaches ``profile_on_cpu`` to the software CPU-clock perf event on every
-  CPU at ``hz`` (the hardware PMU is absent on most VMs and containers; the
-  CPU clock is what is there everywhere), and ``sched_switch`` for off-CPU
-  time when asked (compiled in only then: it runs at every context switch of
-  the host);
+- attaches what each kind asked for needs attached: ``profile_on_cpu`` on the
+  software CPU-clock perf event on every CPU at ``hz`` (the hardware PMU is
+  absent on most VMs and containers; the CPU clock is what is there
+  everywhere); ``sched_switch`` for off-CPU time is compiled in only when
+  asked (it runs at every context switch of the host) and attached by BCC;
 - tells the kernel, per traced CPython process, where its frames are
   (``py_procs``: offsets for its version) and which thread state each of its
   threads has (``py_tstates``), re-reading the thread list when a sample
@@ -28,8 +30,10 @@ import logging
 import os
 import platform
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field, make_dataclass
+from typing import ClassVar
 
+from otelbpf.profiles.kinds import PROFILE_KINDS, ProfileKind
 from otelbpf.profiles.records import (
     PF_PY_NO_THREAD,
     PROFILE_INFO_SIZE,
@@ -43,8 +47,6 @@ log = logging.getLogger("otelbpf.profiles")
 
 #: The register copy (bpf/profile.c) and the unwinder's register table are x86-64's.
 SUPPORTED = platform.machine() == "x86_64"
-DEFAULT_HZ = 19
-MAX_HZ = 1000
 #: A thread list is re-read at most this often per process when samples name
 #: threads the kernel has no state for (and at every library re-scan).
 THREAD_RESCAN_S = 1.0
@@ -58,48 +60,52 @@ KERNEL_STACK_HOLD_DRAINS = 3
 KERNEL_STACK_HOLD_S = 1.0
 #: No kernel stack read (a drain that found the ring empty).
 NO_STACKS: dict[int, tuple[int, ...]] = {}
-#: With off-CPU samples on, the ring is not left unread longer than this (ProfileSampler.unread_limit_s).
-OFF_CPU_UNREAD_LIMIT_S = 0.1
 
 
-class ProfileError(RuntimeError):
-    """The sampler cannot run here; the message says why and what to do."""
+@dataclass(kw_only=True)
+class ProfileOptions:
+    """What every profile kind shares. ``ProfileConfig`` adds one field per setting of each
+    kind of the table (otelbpf/profiles/kinds.py): ``hz``, ``off_cpu``, ``gpu``... are
+    declared there, with their defaults and switches."""
 
-
-@dataclass
-class ProfileConfig:
-    #: Samples per second per thread on CPU (0: no profiles).
-    hz: int = DEFAULT_HZ
-    #: Also sample threads when they block (sched_switch), and weigh by the time blocked.
-    off_cpu: bool = False
-    #: Blocks shorter than this are not reported (off-CPU).
-    off_cpu_min_ns: int = 1_000_000
     #: Ring for stack samples, MiB (a power of two; --profile-ring-mb). 4: a sample takes at
     #: most ~34 KiB, so ~120 fit, seconds of two busy CPUs at 19 Hz; 16 cost 12 MB more RSS
     #: and saved no sample in bench/rss_breakdown.py's runs.
     ring_mb: int = 4
     #: Read CPython frames in the kernel.
     python: bool = True
-    #: GPU profiles: a stack at the GPU call probes (otelbpf/profiles/gpu.py; --no-gpu-profiles).
-    gpu: bool = True
-    #: ... and at 1 kernel launch in this many per thread (0: launches take no stack).
-    gpu_launch_every: int = 128
     #: Publish thread -> span in the pinned traces_ctx_v1 map (bpf/tracectx.c).
     publish_trace_context: bool = False
 
+    #: The kinds this configuration's class was built from (profile_config_class).
+    KINDS: ClassVar[tuple[ProfileKind, ...]] = ()
+
+    @classmethod
+    def from_args(cls, args, **shared) -> "ProfileOptions":
+        """The configuration the command line asks for: every kind's settings read from
+        ``args`` (argparse's namespace), the shared fields given."""
+        kinds = {setting.field: setting.value_from(args) for kind in cls.KINDS for setting in kind.settings}
+        return cls(**shared, **kinds)
+
     def validate(self) -> None:
-        if not 0 <= self.hz <= MAX_HZ:
-            raise ValueError(f"--profile-hz must be between 1 and {MAX_HZ}, got {self.hz}")
+        for kind in self.KINDS:
+            for setting in kind.settings:
+                problem = setting.check(getattr(self, setting.field)) if setting.check is not None else None
+                if problem:
+                    raise ValueError(problem)
         if self.ring_mb < 1 or self.ring_mb & (self.ring_mb - 1):
             raise ValueError(f"--profile-ring-mb must be a power of two >= 1, got {self.ring_mb}")
-        if self.off_cpu_min_ns < 0:
-            raise ValueError("--off-cpu-min must not be negative")
-        if not 0 <= self.gpu_launch_every < 1 << 31:
-            raise ValueError(f"--gpu-launch-sample-every must be >= 0, got {self.gpu_launch_every}")
 
     @property
     def enabled(self) -> bool:
+        """Profiles on: the on-CPU sampler runs (``hz`` > 0), and every other kind rides on it."""
         return self.hz > 0 and SUPPORTED
+
+    def kinds_on(self) -> tuple[ProfileKind, ...]:
+        """The kinds this configuration asks for (none when profiles are off)."""
+        if not self.enabled:
+            return ()
+        return tuple(kind for kind in self.KINDS if kind.enabled(self))
 
     def describe_unsupported(self) -> str | None:
         """Why profiles asked for are off on this machine, or None."""
@@ -108,26 +114,40 @@ class ProfileConfig:
         return None
 
     def cflags(self) -> list[str]:
-        """The -D flags that compile bpf/profile.c in (nothing when profiles are off)."""
+        """The -D flags that compile bpf/profile.c in (nothing when profiles are off): the
+        ring and scratch, then each kind's."""
         flags = ["-DPUBLISH_TRACE_CTX=1"] if self.publish_trace_context else []
         if not self.enabled:
             return flags
         pages = self.ring_mb * 1024 * 1024 // os.sysconf("SC_PAGE_SIZE")
-        return flags + [
-            "-DPROFILES=1",
-            f"-DPROFILE_RING_PAGES={pages}",
-            f"-DPROFILE_SLOTS={2 * _possible_cpus()}",
-            f"-DOFF_CPU_SAMPLES={int(self.off_cpu)}",
-            f"-DOFF_CPU_MIN_NS={self.off_cpu_min_ns}",
-            f"-DGPU_PROFILES={int(self.gpu)}",
-            f"-DGPU_LAUNCH_EVERY={self.gpu_launch_every}",
-        ]
+        flags += ["-DPROFILES=1", f"-DPROFILE_RING_PAGES={pages}", f"-DPROFILE_SLOTS={2 * _possible_cpus()}"]
+        for kind in self.KINDS:
+            flags += kind.cflags(self)
+        return flags
 
     def start(self, bpf, clock_offset_ns: int) -> "ProfileSampler":
         """The sampler, attached to the loaded capture program (sources.ebpf_program.SampledProbes)."""
         sampler = ProfileSampler(bpf, self, clock_offset_ns)
         sampler.attach()
         return sampler
+
+
+def profile_config_class(kinds: tuple[ProfileKind, ...], name: str = "ProfileConfig") -> type:
+    """A :class:`ProfileOptions` with one field per setting of ``kinds`` (keyword-only, with
+    the setting's default), its ``KINDS`` the table it was built from."""
+    fields = [(setting.field, type(setting.default), field(default=setting.default)) for kind in kinds for setting in kind.settings]
+    declared = [field_name for field_name, _type, _default in fields]
+    clashes = {n for n in declared if declared.count(n) > 1} | (set(declared) & set(ProfileOptions.__dataclass_fields__))
+    if clashes:
+        raise ValueError(f"profile kinds: settings {sorted(clashes)} are declared twice")
+    doc = f"What profiles to take: the shared options and the settings of the kinds {[kind.name for kind in kinds]}."
+    config = make_dataclass(name, fields, bases=(ProfileOptions,), kw_only=True, namespace={"KINDS": tuple(kinds), "__doc__": doc})
+    config.__module__ = __name__
+    return config
+
+
+#: The agent's configuration: every kind of PROFILE_KINDS, e.g. ``ProfileConfig(hz=99, off_cpu=True)``.
+ProfileConfig = profile_config_class(PROFILE_KINDS)
 
 
 def _possible_cpus() -> int:
@@ -170,26 +190,20 @@ class ProfileSampler:
         #: CPUs that may fill the ring, read once: os.cpu_count() reads sysfs (~45 us) and
         #: unread_limit_s is asked before every sleep of the agent
         self._cpus = os.cpu_count() or 1
+        #: the lowest unread limit of the kinds asked for (read before every sleep: computed once)
+        self._kinds_limit_s = min(
+            (kind.unread_limit_s for kind in config.kinds_on() if kind.unread_limit_s is not None),
+            default=None,
+        )
         self.counters = {"samples": 0, "malformed": 0, "python_processes": 0, "python_unknown_versions": 0, "thread_rescans": 0}
 
     # -- start-up ---------------------------------------------------------
 
     def attach(self) -> None:
-        from bcc import PerfSWConfig, PerfType
-
-        try:
-            self._bpf.attach_perf_event(
-                ev_type=PerfType.SOFTWARE,
-                ev_config=PerfSWConfig.CPU_CLOCK,
-                fn_name="profile_on_cpu",
-                sample_freq=self.config.hz,
-                cpu=-1,
-            )
-        except Exception as exc:  # BCC raises plain Exception
-            raise ProfileError(
-                f"cannot attach the CPU-clock perf event for profiles ({exc}): the kernel needs "
-                "CONFIG_PERF_EVENTS and, outside root, CAP_PERFMON; run `otelbpf doctor`, or --no-profiles"
-            ) from exc
+        """Each kind's program that is not attached at load (the table's ``attach``), then the ring."""
+        for kind in self.config.kinds_on():
+            if kind.attach is not None:
+                kind.attach(self._bpf, self.config)
         try:  # the kernel's symbols, read once now rather than by the first sample taken in the kernel
             self.kernel_symbol(0)
         except Exception:  # noqa: BLE001 - no /proc/kallsyms: kernel frames are named by address
@@ -212,12 +226,13 @@ class ProfileSampler:
         """How long the agent may leave the ring unread (it sleeps while only on-CPU
         samples come, which never wake it: bpf/profile.c): half the time every CPU
         busy at ``hz`` with whole stack copies takes to fill it. 1.6 s for the default
-        4 MiB at 19 Hz on 2 CPUs, 0.3 s at 99 Hz; 0.05 s at 19 Hz on 64. Off-CPU
-        samples come at every block, not at a rate: then at most one sleep interval."""
+        4 MiB at 19 Hz on 2 CPUs, 0.3 s at 99 Hz; 0.05 s at 19 Hz on 64. A kind whose
+        samples come at no rate caps it (the table's ``unread_limit_s``: off-CPU samples
+        come at every block)."""
         record = HEADER.size + PROFILE_INFO_SIZE + PROFILE_STACK_BYTES + 8  # + the ring's own header
         fill_s = self.config.ring_mb * 1024 * 1024 / (max(1, self.config.hz) * self._cpus * record)
         limit = fill_s / 2
-        return min(limit, OFF_CPU_UNREAD_LIMIT_S) if self.config.off_cpu else limit
+        return limit if self._kinds_limit_s is None else min(limit, self._kinds_limit_s)
 
     # -- steady state -----------------------------------------------------
 

@@ -16,6 +16,9 @@ plus copies, waits and launches, so ``go tool pprof -sample_index`` and
 Pyroscope's memory views read them without a mapping table. OTLP v1.10 has
 one sample type per Profile, so the encoder writes one Profile per sample
 type of a multi-value type; pprof keeps them in one file.
+
+Which kind of sample makes which of them is said by the table of profile kinds
+(otelbpf/profiles/kinds.py, each entry's ``types``).
 """
 
 from __future__ import annotations
@@ -53,8 +56,3 @@ GPU_COPY = ProfileType("gpu_copy", (("copy", "bytes"),))
 GPU_WAIT = ProfileType("gpu_wait", (("gpu_wait", "nanoseconds"),))
 #: Kernel launches: 1 launch in N per thread takes a stack, weighted N.
 GPU_LAUNCH = ProfileType("gpu_launch", (("launches", "count"),))
-
-GPU_TYPES: tuple[ProfileType, ...] = (GPU_ALLOC, GPU_INUSE, GPU_PINNED_ALLOC, GPU_PINNED, GPU_COPY, GPU_WAIT, GPU_LAUNCH)
-ALL_TYPES: tuple[ProfileType, ...] = (CPU, OFF_CPU) + GPU_TYPES
-#: By short id (selectors, file names). ``cpu`` is the default-frequency one.
-BY_ID: dict[str, ProfileType] = {profile_type.id: profile_type for profile_type in ALL_TYPES}

@@ -1,7 +1,9 @@
 """Durations as the command line takes them: ``--gpu-min-call-duration 50us``, ``--off-cpu-min 1ms``.
 
 Text to nanoseconds, for the options of ``otelbpf run`` that set a
-threshold; a unit is optional (a bare number is microseconds).
+threshold; a unit is optional (a bare number is microseconds). Here, not in
+otelbpf/cli/, because the profile kinds' switches (otelbpf/profiles/kinds.py)
+read durations too, and profiles/ imports nothing of cli/.
 """
 
 from __future__ import annotations
