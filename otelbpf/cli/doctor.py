@@ -21,7 +21,7 @@ from pathlib import Path
 from otelbpf import bundled
 from otelbpf.host import procfs
 from otelbpf.host.checks import FAIL, INFO, OK, WARN, Check, effective_capabilities
-from otelbpf.profiles import doctor as profiles_doctor
+from otelbpf.profiles import checks as profiles_checks
 from otelbpf.sources.ebpf_layout import regs_cflags
 from otelbpf.sources.ebpf_program import (
     BPF_DIR,
@@ -531,7 +531,7 @@ def run_checks() -> list[Check]:
         checks += [check_task_regs(), check_sock_capture(), check_unix_pairing(), check_uprobes(), check_kprobes()]
         checks += check_tls()
         checks += check_gpu()
-        checks += profiles_doctor.run_checks()
+        checks += profiles_checks.run_checks()
     checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers(), check_fast_path()]
     checks += [check_process_identity(), check_dds_shared_memory()]
     return checks

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from otelbpf.cli.doctor import INFO, OK, run_checks
-from otelbpf.profiles import doctor
+from otelbpf.profiles import checks
 
 PYENV = "/root/.pyenv/versions"
 
@@ -22,9 +22,9 @@ def _sleeper(python: str) -> subprocess.Popen:
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="perf events and /proc/PID/mem need root")
 def test_host_can_sample_and_unwind():
-    assert doctor.check_perf_events().status == OK
-    assert doctor.check_proc_mem().status == OK
-    assert doctor.check_native_unwinder().status == OK
+    assert checks.check_perf_events().status == OK
+    assert checks.check_proc_mem().status == OK
+    assert checks.check_native_unwinder().status == OK
 
 
 def test_each_python_process_says_its_version_and_whether_frames_are_readable():
@@ -32,11 +32,11 @@ def test_each_python_process_says_its_version_and_whether_frames_are_readable():
     old = f"{PYENV}/3.9.18/bin/python3.9"
     unknown = _sleeper(old) if os.path.exists(old) else None
     try:
-        checks = {c.name: c for c in doctor.check_python_processes([known.pid] + ([unknown.pid] if unknown else []) + [os.getppid()])}
-        assert checks[f"profiles: pid {known.pid}"].status == INFO
-        assert checks[f"profiles: pid {known.pid}"].detail.startswith("CPython 3.11 (offsets known)")
+        found = {c.name: c for c in checks.check_python_processes([known.pid] + ([unknown.pid] if unknown else []) + [os.getppid()])}
+        assert found[f"profiles: pid {known.pid}"].status == INFO
+        assert found[f"profiles: pid {known.pid}"].detail.startswith("CPython 3.11 (offsets known)")
         if unknown is not None:
-            detail = checks[f"profiles: pid {unknown.pid}"].detail
+            detail = found[f"profiles: pid {unknown.pid}"].detail
             assert "3.9" in detail and "native" in detail, detail
     finally:
         known.kill()
