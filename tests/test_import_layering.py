@@ -237,3 +237,34 @@ def test_every_protocol_folder_has_the_files_the_guide_promises():
         detect = importlib.import_module(f"protocols.{entry.id}.detect")
         own = [c for c in vars(detect).values() if isinstance(c, type) and c.__module__ == detect.__name__]
         assert any(isinstance(entry.detector, c) for c in own), f"the {entry.id} detector is not from protocols/{entry.id}/detect.py"
+
+
+#: Module names that repeat across packages, each the same concept at another layer. A new
+#: repeat fails until it is added here with its reason, or renamed to say what is inside.
+SAME_CONCEPT_AT_ANOTHER_LAYER = {
+    "types": "a protocol's messages and exchange (protocols/<id>/); profile sample types (profiles/)",
+    "detect": "each protocol's detector", "stitch": "each protocol's session",
+    "gpu": "GPU probes (sources/), spans (semantics/), metrics (metrics/), profiles (profiles/)",
+    "encode": "to OTLP, per signal: spans (export/), metrics (metrics/), profiles (profiles/)",
+    "sinks": "where a signal goes: spans (export/), metrics (metrics/)",
+    "selfmetrics": "the agent's own counters (core/) and their export (metrics/)",
+    "checks": "what a host check found (host/) and the profiles' checks (profiles/)",
+    "model": "the plain data a signal is built of: spans (core/), samples (profiles/)",
+    "replay": "a capture as a source (sources/pcap/) and as a command (cli/)",
+    "wire": "a wire format: protobuf's (otlp/), RTPS's (protocols/rtps/)",
+    "http1": "per protocol: span semantics (semantics/), instruments (metrics/)",
+    "http2": "per protocol: span semantics, instruments", "rtps": "per protocol: span semantics, instruments",
+    "genai": "GenAI span semantics (semantics/), GenAI instruments (metrics/)",
+    "export": "sending a signal out: spans (the export/ package), profiles (profiles/export.py)",
+}  # fmt: skip
+
+
+def test_a_module_name_repeats_only_for_the_same_concept_at_another_layer():
+    seen: dict[str, list[str]] = {}
+    for module in source_files():
+        name = module.rsplit(".", 1)[-1]
+        if name not in ("__init__", "otelbpf", "protocols"):
+            seen.setdefault(name, []).append(module)
+    repeats = {name: modules for name, modules in seen.items() if len(modules) > 1}
+    unexplained = {name: modules for name, modules in repeats.items() if name not in SAME_CONCEPT_AT_ANOTHER_LAYER}
+    assert not unexplained, f"rename, or say why it is the same concept at another layer: {unexplained}"

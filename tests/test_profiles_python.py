@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 
 from otelbpf.profiles.python import offsets as O
 from otelbpf.profiles.python.naming import CodeNamer, line_locations, line_pep626, read_bytes, read_str
-from otelbpf.profiles.python.runtime import ProcMem, describe, elf_info, find_python
+from otelbpf.profiles.python.interpreter import ProcMem, describe, elf_info, find_python
 from otelbpf.profiles.python.threads import thread_states
 from otelbpf.profiles.python.walk import frames_from_bpf, read_frame_records, walk_thread
 

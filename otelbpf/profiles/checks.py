@@ -72,7 +72,7 @@ def check_native_unwinder() -> Check:
 
 def check_python_processes(pids: list[int] | None = None) -> list[Check]:
     """Per running CPython process: its version and whether its frames can be read."""
-    from otelbpf.profiles.python.runtime import describe
+    from otelbpf.profiles.python.interpreter import describe
 
     checks = []
     for pid in pids if pids is not None else _python_pids():

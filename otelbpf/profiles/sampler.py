@@ -337,7 +337,7 @@ class ProfileSampler:
             return
         self._python[pid] = None
         try:
-            from otelbpf.profiles.python.runtime import find_python
+            from otelbpf.profiles.python.interpreter import find_python
 
             proc = find_python(pid)
         except Exception as exc:  # noqa: BLE001 - a process we cannot read is profiled natively

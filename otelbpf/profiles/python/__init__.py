@@ -13,7 +13,7 @@ this package gives it what it needs and names what it brings back:
 
 from otelbpf.profiles.python.naming import CodeNamer
 from otelbpf.profiles.python.offsets import PyOffsets
-from otelbpf.profiles.python.runtime import PythonProcess, describe, find_python
+from otelbpf.profiles.python.interpreter import PythonProcess, describe, find_python
 from otelbpf.profiles.python.threads import thread_states
 from otelbpf.profiles.python.walk import PyFrameRef, frames_from_bpf, walk_thread
 

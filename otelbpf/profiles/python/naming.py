@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 from otelbpf.profiles.model import FRAME_PYTHON, Frame
 from otelbpf.profiles.python import offsets as O
-from otelbpf.profiles.python.runtime import ProcMem, PythonProcess, find_python
+from otelbpf.profiles.python.interpreter import ProcMem, PythonProcess, find_python
 
 #: Longest name or file name we read; longer ones are garbage or not worth it.
 MAX_STR = 4096

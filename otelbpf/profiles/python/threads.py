@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 
 from otelbpf.profiles.python import offsets as O
-from otelbpf.profiles.python.runtime import ProcMem, PythonProcess
+from otelbpf.profiles.python.interpreter import ProcMem, PythonProcess
 
 MAX_THREADS = 4096
 MAX_INTERPRETERS = 64

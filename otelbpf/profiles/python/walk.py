@@ -16,7 +16,7 @@ from typing import Iterable
 from otelbpf.profiles.model import FRAME_PYTHON, Frame
 from otelbpf.profiles.python import offsets as O
 from otelbpf.profiles.python.naming import CodeNamer
-from otelbpf.profiles.python.runtime import ProcMem, PythonProcess
+from otelbpf.profiles.python.interpreter import ProcMem, PythonProcess
 
 #: As deep as the BPF walk goes.
 MAX_FRAMES = 64
