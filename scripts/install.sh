@@ -124,6 +124,10 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] && "$venv/bin/python" -c '
     say "venv up to date: $venv"
     exit 0
 fi
+if [ -x "$venv/bin/python" ] && ! "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+    say "$venv has no working pip (an interrupted install?): making it again"
+    rm -rf "$venv"
+fi
 if [ ! -x "$venv/bin/python" ]; then
     say "creating venv $venv (Debian python3, with system site-packages for bcc)"
     /usr/bin/python3 -m venv --system-site-packages "$venv"
