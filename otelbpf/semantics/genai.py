@@ -55,27 +55,19 @@ from otelbpf import semconv as sc
 from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import AttributeValue
 from protocols.base import ExchangeProgress, Phase
-from protocols.genai import Api, LlmCall, LlmFacts, Operation, V2GrpcCall
-from protocols.genai.llm import (
-    SseTap,
-    match_endpoint,  # genai.pxd cimports it: a C call
-    tap_endpoint,
-)
+from protocols.genai.apis import ROUTES
+from protocols.genai.chunks import SseTap
+from protocols.genai.facts import LlmFacts
+from protocols.genai.llm import LlmCall
+from protocols.genai.routes import Routes  # genai.pxd types the table: its match() is a C call
 from protocols.http1.types import HttpExchange
 
+#: The LLM APIs' routes (protocols/genai/apis/): which request paths are LLM calls.
+_ROUTES: Routes = ROUTES
 #: LLM calls tracked at once (their state is bounded each: protocols/genai/llm.py).
 MAX_CALLS = 1024
 #: Usage remembered per call for the other end's span (peer fill), forgotten all at once when full.
 MAX_PEER_USAGE = 4096
-
-_OPERATIONS = {
-    Operation.CHAT: sc.GEN_AI_OPERATION_CHAT,
-    Operation.TEXT_COMPLETION: sc.GEN_AI_OPERATION_TEXT_COMPLETION,
-    Operation.EMBEDDINGS: sc.GEN_AI_OPERATION_EMBEDDINGS,
-    Operation.RERANK: sc.GEN_AI_OPERATION_RERANK,
-    Operation.SCORE: sc.GEN_AI_OPERATION_SCORE,
-    Operation.INFER: sc.GEN_AI_OPERATION_INFER,
-}
 
 #: API hosts (exact, or a suffix when it starts with a dot) -> well-known provider.
 _PROVIDER_HOSTS: tuple[tuple[str, str], ...] = (
@@ -94,21 +86,14 @@ _PROVIDER_HOSTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def provider_name(host: str, api: Api) -> str:
-    """``gen_ai.provider.name`` for a call to ``host`` in the ``api`` format."""
+def provider_name(host: str, api) -> str:
+    """``gen_ai.provider.name`` for a call to ``host`` in ``api``'s format (an
+    :class:`~protocols.genai.api.LlmApi`): a known API host's well-known value, else the API's."""
     host = host.lower().rstrip(".")
     for known, provider in _PROVIDER_HOSTS:
         if host == known or (known[0] == "." and host.endswith(known)) or host.endswith("." + known):
             return provider
-    if api is Api.OLLAMA:
-        return sc.GEN_AI_PROVIDER_OLLAMA
-    if api is Api.ANTHROPIC:
-        return sc.GEN_AI_PROVIDER_ANTHROPIC  # the Messages API is Anthropic's, wherever served
-    if api is Api.TGI:
-        return sc.GEN_AI_PROVIDER_HUGGINGFACE_TGI  # TGI's native API (no listed provider)
-    if api is Api.V2_INFER or api is Api.V2_GRPC:
-        return sc.GEN_AI_PROVIDER_OPEN_INFERENCE  # Triton, KServe, MLServer: the protocol's name
-    return sc.GEN_AI_PROVIDER_OPENAI_COMPATIBLE
+    return api.provider
 
 
 class GenAiLayer:
@@ -147,10 +132,11 @@ class GenAiLayer:
         line = request_line(exchange)
         if line is None:
             return False
-        endpoint = match_endpoint(line[0], line[1])
+        routes = _ROUTES
+        endpoint = routes.match(line[0], line[1])
         if endpoint is None:
             return False
-        if not self.body_taps or not tap_endpoint(endpoint) or type(exchange) is not HttpExchange or not self._sole_observer():
+        if not self.body_taps or not endpoint.tap or type(exchange) is not HttpExchange or not self._sole_observer():
             return True
         return SseTap(None, True, False, self, exchange)
 
@@ -160,7 +146,7 @@ class GenAiLayer:
         observers = self.http1_observers
         return observers is None or (len(observers) == 1 and observers[0] == self.observe)
 
-    def call_for(self, exchange) -> LlmCall | V2GrpcCall | None:
+    def call_for(self, exchange):
         """The call of ``exchange`` (made now if it has none yet), or None if it is not an LLM call."""
         entry = self._calls.get(id(exchange))
         if entry is None or entry[0] is not exchange:
@@ -187,8 +173,8 @@ class GenAiLayer:
         elif phase == Phase.RESPONSE_START:
             response = getattr(exchange, "response", None)
             call.response_start(response.header("content-type") if response is not None else None)
-            if call.endpoint.api is Api.V2_INFER:
-                call.json_head_length(True, _header(response, "inference-header-content-length"))
+            for name in call.endpoint.api.response_headers:
+                call.header(True, name, _header(response, name))
             if self.body_taps and type(exchange) is HttpExchange and type(call) is LlmCall:
                 self._tap(exchange, call)
 
@@ -197,13 +183,15 @@ class GenAiLayer:
         line = request_line(exchange)
         if line is None:
             return None
-        endpoint = match_endpoint(line[0], line[1])
+        routes = _ROUTES
+        endpoint = routes.match(line[0], line[1])
         if endpoint is None:
             return None  # not an LLM call: nothing kept
-        call = V2GrpcCall(endpoint) if endpoint.api is Api.V2_GRPC else LlmCall(endpoint, self.capture_content)
+        api = endpoint.api
+        call = api.new_call(endpoint, self.capture_content)
         entry = (exchange, call)
-        if endpoint.api is Api.V2_INFER:  # the binary extension: the body's JSON head length
-            entry[1].json_head_length(False, _header(getattr(exchange, "request", None), "inference-header-content-length"))
+        for name in api.request_headers:  # what the API reads of the request's head
+            call.header(False, name, _header(getattr(exchange, "request", None), name))
         if len(self._calls) >= self.max_calls:
             evicted = self._calls.pop(next(iter(self._calls)))[1]
             if type(evicted) is LlmCall:
@@ -234,8 +222,8 @@ class GenAiLayer:
             return None
         call = entry[1]
         facts = call.finish()
-        if type(call) is V2GrpcCall and call.parse_errors and self.counters is not None:
-            self.counters.add("otelbpf.parse.errors", call.parse_errors, label="genai")  # not the protocol's messages
+        if call.parse_errors and self.counters is not None:
+            self.counters.add("otelbpf.parse.errors", call.parse_errors, label="genai")  # not the API's framing
         return facts
 
     def annotate(self, exchange, attrs: dict[str, AttributeValue]) -> str | None:
@@ -279,7 +267,7 @@ class GenAiLayer:
 
 def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeValue]) -> str:
     """Write ``facts`` as GenAI attributes into ``attrs``; return the span name."""
-    operation = _OPERATIONS[facts.endpoint.operation]
+    operation = facts.operation
     attrs[sc.GEN_AI_OPERATION_NAME] = operation
     host = attrs.get(sc.SERVER_ADDRESS) or ""
     attrs[sc.GEN_AI_PROVIDER_NAME] = provider_name(str(host), facts.endpoint.api)
@@ -378,7 +366,10 @@ def is_llm_call(exchange) -> bool:
     """Is ``exchange`` (its request head just parsed) a call to an LLM endpoint?
     Asked once per exchange, so other HTTP traffic reports no progress at all."""
     line = request_line(exchange)
-    return line is not None and match_endpoint(line[0], line[1]) is not None
+    if line is None:
+        return False
+    routes = _ROUTES
+    return routes.match(line[0], line[1]) is not None
 
 
 #: The protocols LLM API calls travel on: their semantics take a GenAI layer.
