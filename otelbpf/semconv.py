@@ -111,6 +111,8 @@ GEN_AI_TOKEN_TYPE_OUTPUT = "output"
 GEN_AI_OPERATION_CHAT = "chat"
 GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"
 GEN_AI_OPERATION_EMBEDDINGS = "embeddings"
+#: Multimodal content generation (Gemini's generateContent, streamed or not).
+GEN_AI_OPERATION_GENERATE_CONTENT = "generate_content"
 #: Custom ``gen_ai.operation.name`` values (no well-known one applies; the conventions
 #: allow a custom value then): ranking documents against a query (/v1/rerank) and
 #: scoring text pairs (/v1/score).
