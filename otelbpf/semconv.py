@@ -132,6 +132,7 @@ GEN_AI_PROVIDER_PERPLEXITY = "perplexity"
 GEN_AI_PROVIDER_X_AI = "x_ai"
 GEN_AI_PROVIDER_GCP_GEMINI = "gcp.gemini"
 GEN_AI_PROVIDER_GCP_VERTEX_AI = "gcp.vertex_ai"
+GEN_AI_PROVIDER_AWS_BEDROCK = "aws.bedrock"
 #: Custom ``gen_ai.provider.name`` values (none of the well-known ones applies):
 #: Ollama's own API, and the OpenAI wire format served by a server that is not
 #: known to be OpenAI (vLLM, llama.cpp, SGLang, LiteLLM, a mock: the format

@@ -9,7 +9,7 @@ tests and a golden capture. Nothing else names an API: the per-call state
 
 from __future__ import annotations
 
-from protocols.genai.apis import anthropic, gemini, ollama, openai, openai_responses, rerank, tgi, v2infer
+from protocols.genai.apis import anthropic, bedrock, gemini, ollama, openai, openai_responses, rerank, tgi, v2infer
 from protocols.genai.routes import Routes
 
 
@@ -24,6 +24,7 @@ def default_routes() -> Routes:
     routes.register(tgi.API)
     routes.register(v2infer.API)
     routes.register(gemini.API)
+    routes.register(bedrock.API)
     return routes
 
 
