@@ -19,7 +19,7 @@ Everything it answers is a function of the request, so a test can predict it:
   ``"tok{i} "``; ``finishReason`` ``MAX_TOKENS`` when that was given, else ``STOP``;
 * ``usageMetadata``: ``promptTokenCount`` = the words of the contents' and the system
   instruction's text parts, ``candidatesTokenCount`` = the tokens sent,
-  ``thoughtsTokenCount`` = ``generationConfig.thinkingConfig.thinkingBudget`` capped at 3
+  ``thoughtsTokenCount`` = ``generationConfig.thinkingConfig.thinkingBudget`` (or ``thinking_budget``) capped at 3
   when the request sets one, ``totalTokenCount`` their sum; a stream's events each carry
   the usage so far (as Gemini's do), the last one the whole;
 * ``responseId`` ``gemini-mock-N`` (N counts requests from 1), ``modelVersion`` the path's
@@ -123,7 +123,8 @@ class GeminiHandler(BaseHTTPRequestHandler):
         limit = config.get("maxOutputTokens")
         tokens = [f"tok{i} " for i in range(int(limit or 5))]
         prompt = words(request.get("contents") or []) + words((request.get("systemInstruction") or {}).get("parts") or [])
-        budget = (config.get("thinkingConfig") or {}).get("thinkingBudget")
+        thinking = config.get("thinkingConfig") or {}
+        budget = thinking.get("thinkingBudget", thinking.get("thinking_budget"))  # the SDK writes the proto name
         thoughts = min(int(budget), 3) if isinstance(budget, int) and budget > 0 else None
         finish = "MAX_TOKENS" if limit else "STOP"
         base = {"modelVersion": f"{model}-001", "responseId": f"gemini-mock-{number}"}

@@ -8,8 +8,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocols.genai import llm
-from protocols.genai import chunks, match_endpoint
+from protocols.genai import llm, match_endpoint
+from protocols.genai.chunks import tgi_plain_event
 from protocols.genai.llm import LlmCall
 from protocols.genai.tests.test_fuzz import FUZZ, split
 
@@ -123,11 +123,11 @@ def test_error_answer_is_a_call():
 
 
 def test_event_read_from_bytes():
-    assert chunks.tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"a","special":false},"generated_text":null,"details":null}') == 1
-    assert chunks.tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"","special":true},"generated_text":null,"details":null}') == 0
-    assert chunks.tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"a","special":false},"generated_text":"a","details":{}}') == -1
-    assert chunks.tgi_plain_event(b'{"error":"x","error_type":"generation"}') == -1
-    assert chunks.tgi_plain_event(b"not json") == -1
+    assert tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"a","special":false},"generated_text":null,"details":null}') == 1
+    assert tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"","special":true},"generated_text":null,"details":null}') == 0
+    assert tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"a","special":false},"generated_text":"a","details":{}}') == -1
+    assert tgi_plain_event(b'{"error":"x","error_type":"generation"}') == -1
+    assert tgi_plain_event(b"not json") == -1
 
 
 @FUZZ
