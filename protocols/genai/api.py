@@ -101,6 +101,8 @@ class LlmApi:
     #: ``gen_ai.provider.name`` when the request's host is no known API host
     #: (otelbpf/semantics/genai.py; a value of otelbpf/semconv.py, tests check).
     provider: str = ""
+    #: The ``gen_ai.operation.name`` values its calls may get (otelbpf/semconv.py's, tests check).
+    operations: tuple[str, ...] = ()
     #: The byte classifier of its stream events (protocols/genai/chunks.py, compiled), or
     #: None: every event is decoded. ``(event name, data) -> 1 output, 0 nothing, -1 decode``.
     plain_event: Callable[[str, bytes], int] | None = None

@@ -6,8 +6,8 @@ cimport cython as cy
 
 cdef class Routes:
     cdef public list apis
-    cdef dict _exact
-    cdef dict _by_key
+    cdef readonly dict exact
+    cdef readonly dict by_key
 
     cpdef register(self, api)
     @cy.locals(cut=Py_ssize_t, path=str, key=str, claims=tuple)

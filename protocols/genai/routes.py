@@ -20,8 +20,9 @@ class Routes:
     def __init__(self) -> None:
         #: The registered APIs, in registration order.
         self.apis: list = []
-        self._exact: dict = {}
-        self._by_key: dict = {}
+        #: Exact paths -> their Endpoint; keys of the last path segment -> their claims, in order.
+        self.exact: dict = {}
+        self.by_key: dict = {}
 
     def register(self, api) -> None:
         """Add an API (an :class:`~protocols.genai.api.LlmApi`): its routes are tried after
@@ -30,11 +31,11 @@ class Routes:
             raise ValueError(f"LLM API {api.name!r}: no name, or registered twice")
         for key, claim in api.routes():
             if key.startswith("/"):
-                if key in self._exact:
-                    raise ValueError(f"path {key!r} is claimed by {self._exact[key].api.name} and {api.name}")
-                self._exact[key] = claim
+                if key in self.exact:
+                    raise ValueError(f"path {key!r} is claimed by {self.exact[key].api.name} and {api.name}")
+                self.exact[key] = claim
             else:
-                self._by_key[key] = self._by_key.get(key, ()) + (claim,)
+                self.by_key[key] = self.by_key.get(key, ()) + (claim,)
         self.apis.append(api)
 
     def match(self, method: str, target: str):
@@ -57,14 +58,14 @@ class Routes:
             path = path[:cut]
         if len(path) > 1 and path[-1] == "/":
             path = path[:-1]
-        endpoint = self._exact.get(path or "/")
+        endpoint = self.exact.get(path or "/")
         if endpoint is not None:
             return endpoint
         key = path[path.rfind("/") + 1 :]
         cut = key.rfind(":")
         if cut >= 0:
             key = key[cut:]
-        claims = self._by_key.get(key)
+        claims = self.by_key.get(key)
         if claims is None:
             return None
         for claim in claims:

@@ -32,6 +32,7 @@ from protocols.genai.jsonutil import count, scan_object
 class AnthropicApi(LlmApi):
     name = "anthropic"
     provider = "anthropic"
+    operations = ("chat",)
     plain_event = staticmethod(chunks.anthropic_event)
 
     def routes(self):

@@ -59,6 +59,7 @@ _MESSAGES, _PROMPT, _OTHER = "messages", "prompt", "other"
 class BedrockApi(LlmApi):
     name = "bedrock"
     provider = "aws.bedrock"
+    operations = ("chat", "text_completion")
     response_headers = (_REQUEST_ID,)
     request_keys = ("inferenceConfig", "anthropic_version", "max_tokens", "max_gen_len", "temperature", "top_p")
     head_keys = ("id", "model")

@@ -45,6 +45,7 @@ _TAIL_KEYS = ("usageMetadata", "modelVersion", "responseId", "finishReason")
 class GeminiApi(LlmApi):
     name = "gemini"
     provider = "gcp.gemini"
+    operations = ("generate_content", "embeddings")
     request_keys = ("generationConfig", "generation_config")
     head_keys = ()
     tail_keys = _TAIL_KEYS

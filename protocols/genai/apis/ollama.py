@@ -22,6 +22,7 @@ from protocols.genai.llm import JSON, NDJSON
 class OllamaApi(LlmApi):
     name = "ollama"
     provider = "ollama"
+    operations = ("chat", "text_completion", "embeddings")
     plain_event = staticmethod(chunks.ollama_event)
     sse_tap = True
 

@@ -26,6 +26,7 @@ from protocols.genai.api import Endpoint, LlmApi, last_segment, suffix_claim
 class OpenAiApi(LlmApi):
     name = "openai"
     provider = "openai_compatible"
+    operations = ("chat", "text_completion", "embeddings")
     plain_event = staticmethod(chunks.openai_event)
     sse_tap = True
 

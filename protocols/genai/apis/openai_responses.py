@@ -23,6 +23,7 @@ _ENDED = ("completed", "incomplete", "failed", "cancelled")
 class ResponsesApi(LlmApi):
     name = "openai_responses"
     provider = "openai_compatible"
+    operations = ("chat",)
     plain_event = staticmethod(chunks.responses_event)
 
     def routes(self):

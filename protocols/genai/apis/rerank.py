@@ -20,6 +20,7 @@ from protocols.genai.jsonutil import count
 class RerankApi(LlmApi):
     name = "rerank"
     provider = "openai_compatible"
+    operations = ("rerank", "score")
     plain_event = staticmethod(chunks.openai_event)
     sse_tap = True
 

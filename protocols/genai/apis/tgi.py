@@ -26,6 +26,7 @@ from protocols.genai.llm import SSE
 class TgiApi(LlmApi):
     name = "tgi"
     provider = "huggingface.tgi"
+    operations = ("text_completion",)
     plain_event = staticmethod(chunks.tgi_event)
     list_response = True
     prompt_keys = ("prompt", "input", "inputs")

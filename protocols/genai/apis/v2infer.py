@@ -35,6 +35,7 @@ _PREFIX, _SUFFIX = "/v2/models/", "/infer"
 class V2InferApi(LlmApi):
     name = "v2_infer"
     provider = "open_inference"
+    operations = ("infer",)
     plain_event = staticmethod(openai_event)
     sse_tap = True
     request_headers = (_HEAD_LENGTH,)
