@@ -1,8 +1,9 @@
-"""LLM API calls on HTTP/1: the GenAI facts of an exchange, and how they show on its span.
+"""LLM API calls on HTTP/1 and HTTP/2: the GenAI facts of an exchange, and how they show on its span.
 
-The HTTP/1 exchange is still the span (its HTTP attributes stay); when the
-exchange is an LLM call (OpenAI-compatible or Ollama, recognised by path and
-JSON body by :mod:`protocols.genai`), the span is also a GenAI span by the
+The HTTP exchange is still the span (its HTTP attributes stay); when the
+exchange is an LLM call (recognised by path and body by one of the API modules
+of :mod:`protocols.genai.apis`: OpenAI-compatible, Anthropic, Ollama, Gemini,
+Bedrock, ...), the span is also a GenAI span by the
 GenAI semantic conventions: named ``{gen_ai.operation.name}
 {gen_ai.request.model}``, with ``gen_ai.*`` attributes, on both sides (the
 client's CLIENT span and the server's SERVER span).
@@ -29,22 +30,18 @@ tracked at once (the oldest is dropped beyond, counted in
 
 ``gen_ai.provider.name``: the well-known value for a known API host (the
 ``Host`` header, else the peer), e.g. ``openai`` for ``api.openai.com``;
-otherwise ``ollama`` for Ollama's own API and ``openai_compatible`` for the
-OpenAI wire format served by anything else, ``anthropic`` for the
-Anthropic Messages API, ``huggingface.tgi`` for TGI's native API,
-``open_inference`` for the v2 inference protocol (Triton, KServe: operation ``infer``,
-the model and version from the path, tensor counts; the binary extension's
-``Inference-Header-Content-Length`` is read too; over gRPC, ``ModelInfer`` and
-``ModelStreamInfer`` streams are gRPC spans that also get these attributes, from their
-protobuf messages: protocols/genai/v2grpc.py) (see otelbpf/semconv.py). Rerank and score calls
-(/v1/rerank, /v1/score) take the custom operation names ``rerank`` and
-``score`` and otelbpf attributes for their documents, top_n and results.
+otherwise the API's own (``LlmApi.provider``: ``openai_compatible`` for the
+OpenAI wire format served by anything else, ``ollama``, ``anthropic``,
+``gcp.gemini``, ``aws.bedrock``, ...; see otelbpf/semconv.py). The operation is
+the facts' (the API's, refined by the body where it says so). Nothing here names
+an API: what differs between them is in their modules (protocols/genai/apis/).
 
 Private by default: prompt and completion text only with
 ``SpanOptions.capture_genai_content`` (``--capture-genai-content``),
-truncated; no header but ``Host``/``User-Agent`` (and the v2 protocol's
-``Inference-Header-Content-Length``) is ever read, so
-``Authorization`` and API keys are never exported.
+truncated; no header but ``Host``/``User-Agent`` and those an API asks for
+(``LlmApi.request_headers``/``response_headers``: the v2 protocol's
+``Inference-Header-Content-Length``, Bedrock's ``x-amzn-RequestId``) is ever read,
+so ``Authorization`` and API keys are never exported.
 """
 
 from __future__ import annotations
