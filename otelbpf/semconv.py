@@ -111,6 +111,8 @@ GEN_AI_TOKEN_TYPE_OUTPUT = "output"
 GEN_AI_OPERATION_CHAT = "chat"
 GEN_AI_OPERATION_TEXT_COMPLETION = "text_completion"
 GEN_AI_OPERATION_EMBEDDINGS = "embeddings"
+#: Multimodal content generation (Gemini's generateContent, streamed or not).
+GEN_AI_OPERATION_GENERATE_CONTENT = "generate_content"
 #: Custom ``gen_ai.operation.name`` values (no well-known one applies; the conventions
 #: allow a custom value then): ranking documents against a query (/v1/rerank) and
 #: scoring text pairs (/v1/score).
@@ -130,6 +132,7 @@ GEN_AI_PROVIDER_PERPLEXITY = "perplexity"
 GEN_AI_PROVIDER_X_AI = "x_ai"
 GEN_AI_PROVIDER_GCP_GEMINI = "gcp.gemini"
 GEN_AI_PROVIDER_GCP_VERTEX_AI = "gcp.vertex_ai"
+GEN_AI_PROVIDER_AWS_BEDROCK = "aws.bedrock"
 #: Custom ``gen_ai.provider.name`` values (none of the well-known ones applies):
 #: Ollama's own API, and the OpenAI wire format served by a server that is not
 #: known to be OpenAI (vLLM, llama.cpp, SGLang, LiteLLM, a mock: the format

@@ -60,6 +60,14 @@
 #                          (raw tensors, a versioned model, an unknown model: NOT_FOUND),
 #                          then ModelStreamInfer: three responses and an empty final one,
 #                          and an unknown model's error_message in the stream
+#   gemini.pcap            (tests/golden/http1/) the google-genai SDK against
+#                          examples/gemini_mock_server.py: generate_content, a stream
+#                          (alt=sse), embed_content (batchEmbedContents), then httpx: a
+#                          stream without alt=sse (a JSON array), embedContent, an unknown model
+#   bedrock.pcap           (tests/golden/http1/) boto3's bedrock-runtime client against
+#                          examples/bedrock_mock_server.py: converse (a cachePoint), converse_stream,
+#                          invoke_model (Meta Llama), invoke_model_with_response_stream
+#                          (Anthropic), an unknown model (404)
 #
 # The gRPC captures need grpcio: GRPC_PYTHON (default .venv/bin/python) runs them.
 set -euo pipefail
@@ -246,10 +254,13 @@ start_server "$py" "$here/examples/openai_mock_server.py" --port 18089 --first-t
 start_server "$py" "$here/examples/triton_mock_server.py" --port 18091
 # The v2 inference protocol over gRPC (Triton / KServe) mock on 18092.
 start_server "$grpc_py" "$here/examples/triton_grpc_mock_server.py" --port 18092
+# The Gemini API mock on 18093 and the Bedrock Runtime mock on 18094 (same delays as 18089's).
+start_server "$py" "$here/examples/gemini_mock_server.py" --port 18093 --first-token-delay-ms 40 --token-delay-ms 5
+start_server "$py" "$here/examples/bedrock_mock_server.py" --port 18094 --first-token-delay-ms 40 --token-delay-ms 5
 # The example gRPC service on 18087.
 start_server "$grpc_py" "$here/examples/grpc_service.py" serve --port 18087
 
-for port in 18080 18081 18082 18083 18084 18085 18086 18087 18088 18089 18091 18092; do wait_for_port "$port"; done
+for port in 18080 18081 18082 18083 18084 18085 18086 18087 18088 18089 18091 18092 18093 18094; do wait_for_port "$port"; done
 
 # --- captures: record_NAME makes NAME.pcap ---------------------------------------
 
@@ -419,6 +430,62 @@ except Exception:
     stop_capture golden/http1/triton.pcap
 }
 
+# Google's Gemini API: the real google-genai SDK (one client), then httpx for what the SDK
+# does not send: the stream without alt=sse (a JSON array), embedContent, an unknown model.
+record_gemini() {
+    start_capture golden/http1/gemini.pcap "tcp port 18093"
+    "$here/.venv/bin/python" -c '
+import httpx
+from google import genai
+from google.genai import types
+client = genai.Client(api_key="golden-not-a-secret", http_options=types.HttpOptions(base_url="http://127.0.0.1:18093",
+                                                                                     api_version="v1beta"))
+client.models.generate_content(model="gemini-2.0-flash", contents="say hello to the golden tests",
+                               config=types.GenerateContentConfig(max_output_tokens=4, temperature=0.2,
+                                                                  system_instruction="be brief"))
+for _ in client.models.generate_content_stream(model="gemini-2.0-flash", contents="stream to the golden tests",
+                                               config=types.GenerateContentConfig(top_p=0.9)):
+    pass
+client.models.embed_content(model="text-embedding-004", contents=["first text", "second text"])
+http = httpx.Client(base_url="http://127.0.0.1:18093")
+body = {"contents": [{"role": "user", "parts": [{"text": "an array stream"}]}], "generationConfig": {"maxOutputTokens": 3}}
+with http.stream("POST", "/v1/models/gemini-2.5-flash:streamGenerateContent", json=body) as answer:
+    answer.read()
+http.post("/v1beta/models/text-embedding-004:embedContent", json={"content": {"parts": [{"text": "one text"}]}})
+http.post("/v1beta/models/missing:generateContent", json=body)'
+    stop_capture golden/http1/gemini.pcap
+}
+
+# AWS Bedrock Runtime: the real boto3 client (dummy credentials, no retries), one client.
+record_bedrock() {
+    start_capture golden/http1/bedrock.pcap "tcp port 18094"
+    "$here/.venv/bin/python" -c '
+import json
+import boto3
+from botocore.config import Config
+client = boto3.client("bedrock-runtime", endpoint_url="http://127.0.0.1:18094", region_name="us-east-1",
+                      aws_access_key_id="AKIDGOLDEN", aws_secret_access_key="golden-not-a-secret",
+                      config=Config(retries={"max_attempts": 1}))
+model = "anthropic.claude-3-haiku-20240307-v1:0"
+client.converse(modelId=model, messages=[{"role": "user", "content": [{"text": "say hello to the golden tests"}]}],
+                system=[{"text": "a cached golden system prompt"}, {"cachePoint": {"type": "default"}}],
+                inferenceConfig={"maxTokens": 4, "temperature": 0.2})
+answer = client.converse_stream(modelId=model, messages=[{"role": "user", "content": [{"text": "stream to the golden tests"}]}])
+for _ in answer["stream"]:
+    pass
+client.invoke_model(modelId="meta.llama3-8b-instruct-v1:0",
+                    body=json.dumps({"prompt": "once upon a golden time", "max_gen_len": 3, "top_p": 0.9}))
+answer = client.invoke_model_with_response_stream(modelId=model, body=json.dumps(
+    {"anthropic_version": "bedrock-2023-05-31", "max_tokens": 4, "messages": [{"role": "user", "content": "stream"}]}))
+for _ in answer["body"]:
+    pass
+try:
+    client.converse(modelId="missing", messages=[{"role": "user", "content": [{"text": "x"}]}])
+except client.exceptions.ResourceNotFoundException:
+    pass'
+    stop_capture golden/http1/bedrock.pcap
+}
+
 mkdir -p "$golden/http2"
 
 record_grpc_calls() {
@@ -486,7 +553,7 @@ client.close()'
 }
 
 all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway
-    grpc_calls grpc_concurrent grpc_late h2c_nginx openai anthropic rerank tgi triton triton_grpc)
+    grpc_calls grpc_concurrent grpc_late h2c_nginx openai anthropic rerank tgi triton triton_grpc gemini bedrock)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then

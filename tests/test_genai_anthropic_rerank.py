@@ -2,7 +2,8 @@
 
 from otelbpf import semconv as sc
 from otelbpf.semantics.genai import GenAiLayer, genai_attributes, provider_name
-from protocols.genai import Api, LlmFacts, match_endpoint
+from protocols.genai import LlmFacts, match_endpoint
+from protocols.genai.apis import anthropic, rerank
 
 MESSAGES = match_endpoint("POST", "/v1/messages")
 RERANK = match_endpoint("POST", "/v1/rerank")
@@ -23,9 +24,9 @@ def test_anthropic_span():
 
 
 def test_provider_names():
-    assert provider_name("api.anthropic.com", Api.ANTHROPIC) == "anthropic"
-    assert provider_name("localhost", Api.ANTHROPIC) == "anthropic"
-    assert provider_name("localhost", Api.RERANK) == "openai_compatible"
+    assert provider_name("api.anthropic.com", anthropic.API) == "anthropic"
+    assert provider_name("localhost", anthropic.API) == "anthropic"
+    assert provider_name("localhost", rerank.API) == "openai_compatible"
 
 
 def test_rerank_and_score_spans():

@@ -249,12 +249,12 @@ def test_the_cli_has_the_opt_in_flag_and_replay_pipelines_get_genai() -> None:
 
 
 def test_provider_names() -> None:
-    from protocols.genai import Api
+    from protocols.genai.apis import ollama, openai
 
-    assert genai.provider_name("api.openai.com", Api.OPENAI) == "openai"
-    assert genai.provider_name("myres.openai.azure.com", Api.OPENAI) == "azure.ai.openai"
-    assert genai.provider_name("localhost", Api.OLLAMA) == "ollama"
-    assert genai.provider_name("vllm.internal", Api.OPENAI) == "openai_compatible"
+    assert genai.provider_name("api.openai.com", openai.API) == "openai"
+    assert genai.provider_name("myres.openai.azure.com", openai.API) == "azure.ai.openai"
+    assert genai.provider_name("localhost", ollama.API) == "ollama"
+    assert genai.provider_name("vllm.internal", openai.API) == "openai_compatible"
 
 
 # -- metric helpers ----------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""The HTTP/1 parser's SSE taps (protocols/genai/llm.py's SseTap, protocols/http1/parse.py's
+"""The HTTP/1 parser's SSE taps (protocols/genai/chunks.py's SseTap, protocols/http1/parse.py's
 BodyTap): an LLM call's streamed response read where the parser frames it, without a
 progress event per chunk. The spans must be the same as with every chunk reported as a
 progress event (``GenAiLayer.body_taps`` off), however the stream is written, read, cut
@@ -14,7 +14,8 @@ from hypothesis import HealthCheck, given, settings
 
 from otelbpf.semantics import genai
 from protocols.base import Direction
-from protocols.genai.llm import LlmCall, _openai_plain_chunk, _plain_chunk_at
+from protocols.genai.chunks import openai_plain_chunk as _openai_plain_chunk, plain_chunk_at as _plain_chunk_at
+from protocols.genai.llm import LlmCall
 from protocols.http1.parse import BodyData, BodyTap, HttpParser, MessageComplete
 from tests.test_pipeline import accepted, connected, data, make_pipeline
 
@@ -98,7 +99,7 @@ TAILS = [END, b'"}, "finish_reason": "stop"}]}', b'"}}], "usage": null}', b'"}}]
 def test_a_tap_answers_every_chunk_as_the_full_reading_does(chunks):
     """The compiled tap answers a chunk that differs from the last one it scanned only in
     an output string from that one (SseTap._classify): the same answers as reading each."""
-    from protocols.genai.llm import SseTap
+    from protocols.genai.chunks import SseTap
 
     call = StubCall()
     tap = SseTap(call, True, True)
@@ -141,7 +142,7 @@ ODD_JSON = [b"{", b"{\x00", b'{"a": 1}', b'{"a": "\xed\xa0\x80"}', b'{"a": "\\ud
     )
 )
 def test_the_json_reader_answers_as_json_loads(data):
-    from protocols.genai.llm import _loads
+    from protocols.genai.jsonutil import loads as _loads
 
     assert _loads(data) == reference_loads(data)
 

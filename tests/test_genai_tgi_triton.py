@@ -2,7 +2,8 @@
 
 from otelbpf import semconv as sc
 from otelbpf.semantics.genai import genai_attributes, provider_name
-from protocols.genai import Api, LlmFacts, match_endpoint
+from protocols.genai import LlmFacts, match_endpoint
+from protocols.genai.apis import tgi, v2infer
 
 TGI = match_endpoint("POST", "/generate_stream")
 INFER = match_endpoint("POST", "/v2/models/simple/versions/2/infer")
@@ -31,5 +32,5 @@ def test_v2_infer_span():
 
 
 def test_provider_names():
-    assert provider_name("localhost", Api.TGI) == "huggingface.tgi"
-    assert provider_name("triton", Api.V2_INFER) == "open_inference"
+    assert provider_name("localhost", tgi.API) == "huggingface.tgi"
+    assert provider_name("triton", v2infer.API) == "open_inference"

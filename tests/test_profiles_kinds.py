@@ -4,7 +4,7 @@ configuration and its BPF flags, the sampler's attach and the profiler's dispatc
 A kind made up here, added to a copy of the table, must come out everywhere the real ones
 do: a switch of ``otelbpf run``, a ProfileConfig field set from it, its -D flag, its program
 attached, its samples handled. The real table's kinds are checked against bpf/capture.h in
-tests/test_ebpf_layout.py, and their samples' handling in tests/test_gpu_profiles.py.
+tests/test_ebpf_record_abi.py, and their samples' handling in tests/test_gpu_profiles.py.
 """
 
 from __future__ import annotations

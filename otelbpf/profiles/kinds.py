@@ -10,7 +10,7 @@ sampled. Everything the agent does that depends on the kind is said by its
   None where BCC attaches it at load, as a ``TRACEPOINT_PROBE``, or where the GPU
   call probes of otelbpf/sources/gpu.py take it);
 - its records: the ``kind`` value it shares with the C enum (``record_kind``, named
-  ``c_name`` there; tests/test_ebpf_layout.py checks every entry against bpf/capture.h
+  ``c_name`` there; tests/test_ebpf_record_abi.py checks every entry against bpf/capture.h
   and every enum member against the table), and the other events it sends
   (``events``: off-CPU's :class:`~otelbpf.profiles.records.OffCpuEnd`);
 - what it produces: its profile types, each a sample type and unit (``types``);

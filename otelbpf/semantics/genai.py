@@ -1,14 +1,15 @@
-"""LLM API calls on HTTP/1: the GenAI facts of an exchange, and how they show on its span.
+"""LLM API calls on HTTP/1 and HTTP/2: the GenAI facts of an exchange, and how they show on its span.
 
-The HTTP/1 exchange is still the span (its HTTP attributes stay); when the
-exchange is an LLM call (OpenAI-compatible or Ollama, recognised by path and
-JSON body by :mod:`protocols.genai`), the span is also a GenAI span by the
+The HTTP exchange is still the span (its HTTP attributes stay); when the
+exchange is an LLM call (recognised by path and body by one of the API modules
+of :mod:`protocols.genai.apis`: OpenAI-compatible, Anthropic, Ollama, Gemini,
+Bedrock, ...), the span is also a GenAI span by the
 GenAI semantic conventions: named ``{gen_ai.operation.name}
 {gen_ai.request.model}``, with ``gen_ai.*`` attributes, on both sides (the
 client's CLIENT span and the server's SERVER span).
 
 How it plugs in (:func:`attach`, called where pipelines are built:
-``otelbpf.runtime.agent.live_pipeline`` and ``otelbpf.cli.replay.run_replay``):
+``otelbpf.assembly.build_pipeline``, which ``otelbpf run``, ``demo`` and ``replay`` use):
 
 * :class:`GenAiLayer` observes HTTP/1 progress (``Pipeline.observe_progress``:
   request body chunks, the response head, response body chunks, each with
@@ -29,22 +30,18 @@ tracked at once (the oldest is dropped beyond, counted in
 
 ``gen_ai.provider.name``: the well-known value for a known API host (the
 ``Host`` header, else the peer), e.g. ``openai`` for ``api.openai.com``;
-otherwise ``ollama`` for Ollama's own API and ``openai_compatible`` for the
-OpenAI wire format served by anything else, ``anthropic`` for the
-Anthropic Messages API, ``huggingface.tgi`` for TGI's native API,
-``open_inference`` for the v2 inference protocol (Triton, KServe: operation ``infer``,
-the model and version from the path, tensor counts; the binary extension's
-``Inference-Header-Content-Length`` is read too; over gRPC, ``ModelInfer`` and
-``ModelStreamInfer`` streams are gRPC spans that also get these attributes, from their
-protobuf messages: protocols/genai/v2grpc.py) (see otelbpf/semconv.py). Rerank and score calls
-(/v1/rerank, /v1/score) take the custom operation names ``rerank`` and
-``score`` and otelbpf attributes for their documents, top_n and results.
+otherwise the API's own (``LlmApi.provider``: ``openai_compatible`` for the
+OpenAI wire format served by anything else, ``ollama``, ``anthropic``,
+``gcp.gemini``, ``aws.bedrock``, ...; see otelbpf/semconv.py). The operation is
+the facts' (the API's, refined by the body where it says so). Nothing here names
+an API: what differs between them is in their modules (protocols/genai/apis/).
 
 Private by default: prompt and completion text only with
 ``SpanOptions.capture_genai_content`` (``--capture-genai-content``),
-truncated; no header but ``Host``/``User-Agent`` (and the v2 protocol's
-``Inference-Header-Content-Length``) is ever read, so
-``Authorization`` and API keys are never exported.
+truncated; no header but ``Host``/``User-Agent`` and those an API asks for
+(``LlmApi.request_headers``/``response_headers``: the v2 protocol's
+``Inference-Header-Content-Length``, Bedrock's ``x-amzn-RequestId``) is ever read,
+so ``Authorization`` and API keys are never exported.
 """
 
 from __future__ import annotations
@@ -55,27 +52,19 @@ from otelbpf import semconv as sc
 from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import AttributeValue
 from protocols.base import ExchangeProgress, Phase
-from protocols.genai import Api, LlmCall, LlmFacts, Operation, V2GrpcCall
-from protocols.genai.llm import (
-    SseTap,
-    match_endpoint,  # genai.pxd cimports it: a C call
-    tap_endpoint,
-)
+from protocols.genai.apis import ROUTES
+from protocols.genai.chunks import SseTap
+from protocols.genai.facts import LlmFacts
+from protocols.genai.llm import LlmCall
+from protocols.genai.routes import Routes  # genai.pxd types the table: its match() is a C call
 from protocols.http1.types import HttpExchange
 
+#: The LLM APIs' routes (protocols/genai/apis/): which request paths are LLM calls.
+_ROUTES: Routes = ROUTES
 #: LLM calls tracked at once (their state is bounded each: protocols/genai/llm.py).
 MAX_CALLS = 1024
 #: Usage remembered per call for the other end's span (peer fill), forgotten all at once when full.
 MAX_PEER_USAGE = 4096
-
-_OPERATIONS = {
-    Operation.CHAT: sc.GEN_AI_OPERATION_CHAT,
-    Operation.TEXT_COMPLETION: sc.GEN_AI_OPERATION_TEXT_COMPLETION,
-    Operation.EMBEDDINGS: sc.GEN_AI_OPERATION_EMBEDDINGS,
-    Operation.RERANK: sc.GEN_AI_OPERATION_RERANK,
-    Operation.SCORE: sc.GEN_AI_OPERATION_SCORE,
-    Operation.INFER: sc.GEN_AI_OPERATION_INFER,
-}
 
 #: API hosts (exact, or a suffix when it starts with a dot) -> well-known provider.
 _PROVIDER_HOSTS: tuple[tuple[str, str], ...] = (
@@ -94,21 +83,14 @@ _PROVIDER_HOSTS: tuple[tuple[str, str], ...] = (
 )
 
 
-def provider_name(host: str, api: Api) -> str:
-    """``gen_ai.provider.name`` for a call to ``host`` in the ``api`` format."""
+def provider_name(host: str, api) -> str:
+    """``gen_ai.provider.name`` for a call to ``host`` in ``api``'s format (an
+    :class:`~protocols.genai.api.LlmApi`): a known API host's well-known value, else the API's."""
     host = host.lower().rstrip(".")
     for known, provider in _PROVIDER_HOSTS:
         if host == known or (known[0] == "." and host.endswith(known)) or host.endswith("." + known):
             return provider
-    if api is Api.OLLAMA:
-        return sc.GEN_AI_PROVIDER_OLLAMA
-    if api is Api.ANTHROPIC:
-        return sc.GEN_AI_PROVIDER_ANTHROPIC  # the Messages API is Anthropic's, wherever served
-    if api is Api.TGI:
-        return sc.GEN_AI_PROVIDER_HUGGINGFACE_TGI  # TGI's native API (no listed provider)
-    if api is Api.V2_INFER or api is Api.V2_GRPC:
-        return sc.GEN_AI_PROVIDER_OPEN_INFERENCE  # Triton, KServe, MLServer: the protocol's name
-    return sc.GEN_AI_PROVIDER_OPENAI_COMPATIBLE
+    return api.provider
 
 
 class GenAiLayer:
@@ -147,10 +129,11 @@ class GenAiLayer:
         line = request_line(exchange)
         if line is None:
             return False
-        endpoint = match_endpoint(line[0], line[1])
+        routes = _ROUTES
+        endpoint = routes.match(line[0], line[1])
         if endpoint is None:
             return False
-        if not self.body_taps or not tap_endpoint(endpoint) or type(exchange) is not HttpExchange or not self._sole_observer():
+        if not self.body_taps or not endpoint.tap or type(exchange) is not HttpExchange or not self._sole_observer():
             return True
         return SseTap(None, True, False, self, exchange)
 
@@ -160,7 +143,7 @@ class GenAiLayer:
         observers = self.http1_observers
         return observers is None or (len(observers) == 1 and observers[0] == self.observe)
 
-    def call_for(self, exchange) -> LlmCall | V2GrpcCall | None:
+    def call_for(self, exchange):
         """The call of ``exchange`` (made now if it has none yet), or None if it is not an LLM call."""
         entry = self._calls.get(id(exchange))
         if entry is None or entry[0] is not exchange:
@@ -187,8 +170,8 @@ class GenAiLayer:
         elif phase == Phase.RESPONSE_START:
             response = getattr(exchange, "response", None)
             call.response_start(response.header("content-type") if response is not None else None)
-            if call.endpoint.api is Api.V2_INFER:
-                call.json_head_length(True, _header(response, "inference-header-content-length"))
+            for name in call.endpoint.api.response_headers:
+                call.header(True, name, _header(response, name))
             if self.body_taps and type(exchange) is HttpExchange and type(call) is LlmCall:
                 self._tap(exchange, call)
 
@@ -197,13 +180,15 @@ class GenAiLayer:
         line = request_line(exchange)
         if line is None:
             return None
-        endpoint = match_endpoint(line[0], line[1])
+        routes = _ROUTES
+        endpoint = routes.match(line[0], line[1])
         if endpoint is None:
             return None  # not an LLM call: nothing kept
-        call = V2GrpcCall(endpoint) if endpoint.api is Api.V2_GRPC else LlmCall(endpoint, self.capture_content)
+        api = endpoint.api
+        call = api.new_call(endpoint, self.capture_content)
         entry = (exchange, call)
-        if endpoint.api is Api.V2_INFER:  # the binary extension: the body's JSON head length
-            entry[1].json_head_length(False, _header(getattr(exchange, "request", None), "inference-header-content-length"))
+        for name in api.request_headers:  # what the API reads of the request's head
+            call.header(False, name, _header(getattr(exchange, "request", None), name))
         if len(self._calls) >= self.max_calls:
             evicted = self._calls.pop(next(iter(self._calls)))[1]
             if type(evicted) is LlmCall:
@@ -234,8 +219,8 @@ class GenAiLayer:
             return None
         call = entry[1]
         facts = call.finish()
-        if type(call) is V2GrpcCall and call.parse_errors and self.counters is not None:
-            self.counters.add("otelbpf.parse.errors", call.parse_errors, label="genai")  # not the protocol's messages
+        if call.parse_errors and self.counters is not None:
+            self.counters.add("otelbpf.parse.errors", call.parse_errors, label="genai")  # not the API's framing
         return facts
 
     def annotate(self, exchange, attrs: dict[str, AttributeValue]) -> str | None:
@@ -279,7 +264,7 @@ class GenAiLayer:
 
 def genai_attributes(facts: LlmFacts, start_ns: int, attrs: dict[str, AttributeValue]) -> str:
     """Write ``facts`` as GenAI attributes into ``attrs``; return the span name."""
-    operation = _OPERATIONS[facts.endpoint.operation]
+    operation = facts.operation
     attrs[sc.GEN_AI_OPERATION_NAME] = operation
     host = attrs.get(sc.SERVER_ADDRESS) or ""
     attrs[sc.GEN_AI_PROVIDER_NAME] = provider_name(str(host), facts.endpoint.api)
@@ -378,7 +363,10 @@ def is_llm_call(exchange) -> bool:
     """Is ``exchange`` (its request head just parsed) a call to an LLM endpoint?
     Asked once per exchange, so other HTTP traffic reports no progress at all."""
     line = request_line(exchange)
-    return line is not None and match_endpoint(line[0], line[1]) is not None
+    if line is None:
+        return False
+    routes = _ROUTES
+    return routes.match(line[0], line[1]) is not None
 
 
 #: The protocols LLM API calls travel on: their semantics take a GenAI layer.

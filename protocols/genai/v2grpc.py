@@ -18,7 +18,7 @@ head cut by the limit (or by bytes the capture lost) is read as far as it goes. 
 compressed message (the gRPC flag, ``grpc-encoding`` gzip or deflate) is inflated up to
 the same limit.
 
-:class:`V2GrpcCall` has :class:`~protocols.genai.llm.LlmCall`'s interface (fed the
+:class:`V2GrpcCall` has :class:`~protocols.genai.llm.LlmCall`'s feeding interface (fed the
 request's and the response's DATA bytes, ``finish`` -> :class:`LlmFacts`):
 
 * the first request's ``model_name`` -> ``request_model``, its ``model_version``
@@ -42,7 +42,7 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
-from protocols.genai.llm import Endpoint, LlmFacts
+from protocols.genai.facts import Endpoint, LlmFacts
 
 #: Bytes kept of the start of the gRPC message being read.
 MESSAGE_HEAD_LIMIT = 64 * 1024
@@ -352,8 +352,8 @@ class V2GrpcCall:
         except Exception:  # noqa: BLE001
             self.errors += 1
 
-    def json_head_length(self, response: bool, value: str | None) -> None:
-        """The HTTP v2 binary extension's header: none over gRPC."""
+    def header(self, response: bool, name: str, value: str | None) -> None:
+        """A header its API asked for: none over gRPC."""
 
     def finish(self) -> LlmFacts | None:
         """The facts, once the stream is over; None when no message named a model."""

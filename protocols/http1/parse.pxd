@@ -12,7 +12,7 @@ cdef int _NO_FRAMING, _LENGTH, _CHUNKED, _OTHER_CODING, _INVALID
 
 # A reader of a body's pieces the parser hands them to (an LLM call's SSE stream): its
 # methods are C calls from the parser, overridden by subclasses elsewhere
-# (protocols/genai/llm.pxd, SseTap).
+# (protocols/genai/chunks.pxd, SseTap).
 cdef class BodyTap:
     cpdef begin(self, message)
     cpdef Py_ssize_t take(self, bytes data, Py_ssize_t start, Py_ssize_t stop, long long ts_ns) except -1

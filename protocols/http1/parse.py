@@ -186,7 +186,7 @@ ParserEvent = HeadComplete | BodyData | MessageComplete
 class BodyTap:
     """A reader of a body's pieces that the parser hands them to as it frames them,
     instead of making a :class:`BodyData` event per piece (an LLM call's SSE stream,
-    counted from its bytes: protocols/genai/llm.py's SseTap). Set on
+    counted from its bytes: protocols/genai/chunks.py's SseTap). Set on
     ``message.body_tap`` by the body's reader, from outside the parser, or given for a
     response before its head comes (:meth:`HttpParser.expect_response_to`).
 

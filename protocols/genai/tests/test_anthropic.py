@@ -8,10 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from protocols.genai import llm
-from protocols.genai.llm import Api, Endpoint, LlmCall, Operation, match_endpoint
+from protocols.genai import match_endpoint
+from protocols.genai.llm import LlmCall
 from protocols.genai.tests.test_fuzz import FUZZ, split
 
-MESSAGES = Endpoint(Api.ANTHROPIC, Operation.CHAT)
+MESSAGES = match_endpoint("POST", "/v1/messages")
 REQUEST = {
     "model": "claude-sonnet-4-5", "max_tokens": 1024, "temperature": 0.3, "top_p": 0.8, "stream": True,
     "system": [{"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}],
@@ -83,8 +84,8 @@ def test_cheap_path_decodes_only_message_start_and_message_delta(monkeypatch):
     """content_block_delta (and ping, block start/stop, message_stop) are read from their
     event name alone; the uncompiled module shows it by counting json.loads calls."""
     calls = []
-    real = llm._loads
-    monkeypatch.setattr(llm, "_loads", lambda data: calls.append(data) or real(data))
+    real = llm.loads
+    monkeypatch.setattr(llm, "loads", lambda data: calls.append(data) or real(data))
     facts, _ = facts_of([b"".join(anthropic_stream(50))])
     assert facts.chunks == 50 and facts.output_tokens == 50 and facts.finish_reasons == ("end_turn",)
     if llm.__file__.endswith(".py"):  # compiled, the module's own calls are C calls: not patched

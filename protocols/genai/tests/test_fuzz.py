@@ -7,7 +7,8 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocols.genai.llm import Api, Endpoint, LlmCall, Operation
+from protocols.genai import match_endpoint
+from protocols.genai.llm import LlmCall
 from protocols.genai.sse import LineSplitter, SseParser
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -22,10 +23,10 @@ _FRAGMENTS = [
 ]  # fmt: skip
 streams = st.lists(st.one_of(st.sampled_from(_FRAGMENTS), st.binary(max_size=40)), max_size=30).map(b"".join)
 ENDPOINTS = [
-    Endpoint(Api.OPENAI, Operation.CHAT),
-    Endpoint(Api.OPENAI, Operation.EMBEDDINGS),
-    Endpoint(Api.OPENAI_RESPONSES, Operation.CHAT),
-    Endpoint(Api.OLLAMA, Operation.CHAT),
+    match_endpoint("POST", "/v1/chat/completions"),
+    match_endpoint("POST", "/v1/embeddings"),
+    match_endpoint("POST", "/v1/responses"),
+    match_endpoint("POST", "/api/chat"),
 ]
 
 

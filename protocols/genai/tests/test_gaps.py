@@ -10,7 +10,7 @@ import hypothesis.strategies as st
 from hypothesis import given, settings
 
 from protocols.genai import LlmCall, SseParser, match_endpoint
-from protocols.genai.llm import _ollama_plain_line, _openai_plain_chunk
+from protocols.genai.chunks import ollama_plain_line, openai_plain_chunk
 
 CHAT = match_endpoint("POST", "/v1/chat/completions")
 REQUEST = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True}).encode()
@@ -48,15 +48,15 @@ def test_cheap_path_gives_the_same_facts_as_decoding_every_chunk():
 
 
 def test_plain_chunk_reader_sends_anything_unusual_to_the_decoder():
-    assert _openai_plain_chunk(b'{"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": null}]}') == 1
-    assert _openai_plain_chunk(b'{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}') == 0
-    assert _openai_plain_chunk(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}') == -1
-    assert _openai_plain_chunk(b'{"choices":[],"usage":{"prompt_tokens":1}}') == -1
-    assert _openai_plain_chunk(b'{"choices":[{"index":0},{"index":1}]}') == -1
-    assert _openai_plain_chunk(b'{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}') == -1
-    assert _openai_plain_chunk(b'{"choices":[{"delta":{"content":"say \\"usage\\": 1"}}]}') == 1
-    assert _ollama_plain_line(b'{"model":"m","message":{"role":"assistant","content":"x"},"done":false}') == 1
-    assert _ollama_plain_line(b'{"model":"m","done":true,"eval_count":3}') == -1
+    assert openai_plain_chunk(b'{"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": null}]}') == 1
+    assert openai_plain_chunk(b'{"choices":[{"index":0,"delta":{"content":""},"finish_reason":null}]}') == 0
+    assert openai_plain_chunk(b'{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}') == -1
+    assert openai_plain_chunk(b'{"choices":[],"usage":{"prompt_tokens":1}}') == -1
+    assert openai_plain_chunk(b'{"choices":[{"index":0},{"index":1}]}') == -1
+    assert openai_plain_chunk(b'{"choices":[{"delta":{"tool_calls":[{"index":0}]}}]}') == -1
+    assert openai_plain_chunk(b'{"choices":[{"delta":{"content":"say \\"usage\\": 1"}}]}') == 1
+    assert ollama_plain_line(b'{"model":"m","message":{"role":"assistant","content":"x"},"done":false}') == 1
+    assert ollama_plain_line(b'{"model":"m","done":true,"eval_count":3}') == -1
 
 
 def test_a_hole_mid_event_drops_that_event_and_keeps_the_usage():

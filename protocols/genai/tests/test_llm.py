@@ -6,30 +6,24 @@ import json
 
 import pytest
 
-from protocols.genai.llm import (
-    REQUEST_BODY_LIMIT,
-    RESPONSE_BODY_LIMIT,
-    Api,
-    LlmCall,
-    Operation,
-    match_endpoint,
-)
+from protocols.genai import match_endpoint
+from protocols.genai.llm import REQUEST_BODY_LIMIT, RESPONSE_BODY_LIMIT, LlmCall
 
 
 @pytest.mark.parametrize(
     ("method", "target", "expected"),
     [
-        ("POST", "/v1/chat/completions", (Api.OPENAI, Operation.CHAT)),
-        ("POST", "/v1/chat/completions?x=1", (Api.OPENAI, Operation.CHAT)),
-        ("POST", "http://api.openai.com/v1/completions", (Api.OPENAI, Operation.TEXT_COMPLETION)),
-        ("POST", "/v1/embeddings", (Api.OPENAI, Operation.EMBEDDINGS)),
-        ("POST", "/v1/responses", (Api.OPENAI_RESPONSES, Operation.CHAT)),
-        ("POST", "/proxy/openai/v1/chat/completions/", (Api.OPENAI, Operation.CHAT)),
-        ("POST", "/openai/deployments/gpt4/chat/completions?api-version=2024-10-21", (Api.OPENAI, Operation.CHAT)),
-        ("POST", "/api/chat", (Api.OLLAMA, Operation.CHAT)),
-        ("POST", "/api/generate", (Api.OLLAMA, Operation.TEXT_COMPLETION)),
-        ("POST", "/api/embed", (Api.OLLAMA, Operation.EMBEDDINGS)),
-        ("POST", "http://ollama:11434/api/chat", (Api.OLLAMA, Operation.CHAT)),
+        ("POST", "/v1/chat/completions", ("openai", "chat")),
+        ("POST", "/v1/chat/completions?x=1", ("openai", "chat")),
+        ("POST", "http://api.openai.com/v1/completions", ("openai", "text_completion")),
+        ("POST", "/v1/embeddings", ("openai", "embeddings")),
+        ("POST", "/v1/responses", ("openai_responses", "chat")),
+        ("POST", "/proxy/openai/v1/chat/completions/", ("openai", "chat")),
+        ("POST", "/openai/deployments/gpt4/chat/completions?api-version=2024-10-21", ("openai", "chat")),
+        ("POST", "/api/chat", ("ollama", "chat")),
+        ("POST", "/api/generate", ("ollama", "text_completion")),
+        ("POST", "/api/embed", ("ollama", "embeddings")),
+        ("POST", "http://ollama:11434/api/chat", ("ollama", "chat")),
         ("POST", "/inference.Inference/Predict", None),  # a gRPC method
         ("POST", "/v2/chat/completions", None),
         ("GET", "/v1/chat/completions", None),
@@ -42,7 +36,7 @@ from protocols.genai.llm import (
 )
 def test_match_endpoint(method, target, expected) -> None:
     endpoint = match_endpoint(method, target)
-    assert (None if endpoint is None else (endpoint.api, endpoint.operation)) == expected
+    assert (None if endpoint is None else (endpoint.api.name, endpoint.operation)) == expected
 
 
 def chat_call(request: dict, **kwargs) -> LlmCall:

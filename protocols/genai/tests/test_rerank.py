@@ -7,11 +7,12 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocols.genai.llm import Api, Endpoint, LlmCall, Operation, match_endpoint
+from protocols.genai import match_endpoint
+from protocols.genai.llm import LlmCall
 from protocols.genai.tests.test_fuzz import FUZZ, split
 
-RERANK = Endpoint(Api.RERANK, Operation.RERANK)
-SCORE = Endpoint(Api.RERANK, Operation.SCORE)
+RERANK = match_endpoint("POST", "/v1/rerank")
+SCORE = match_endpoint("POST", "/v1/score")
 
 
 def facts_of(endpoint, request, response, chunks=None):

@@ -8,11 +8,12 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocols.genai import llm
-from protocols.genai.llm import Api, Endpoint, LlmCall, Operation, match_endpoint
+from protocols.genai import llm, match_endpoint
+from protocols.genai.chunks import tgi_plain_event
+from protocols.genai.llm import LlmCall
 from protocols.genai.tests.test_fuzz import FUZZ, split
 
-TGI = Endpoint(Api.TGI, Operation.TEXT_COMPLETION)
+TGI = match_endpoint("POST", "/generate")
 REQUEST = {"inputs": "hello mock world", "parameters": {"max_new_tokens": 3, "temperature": 0.5, "top_p": 0.9, "details": True}}
 
 
@@ -52,7 +53,7 @@ def test_tgi_paths():
     for path in ("/", "/generate", "/generate_stream", "/generate_stream?x=1", "/?a=b", "http://h:80/generate"):
         assert match_endpoint("POST", path) == TGI, path
     assert match_endpoint("GET", "/generate") is None
-    assert match_endpoint("POST", "/api/generate").api is Api.OLLAMA
+    assert match_endpoint("POST", "/api/generate").api.name == "ollama"
     assert match_endpoint("POST", "/generate/x") is None
     assert match_endpoint("POST", "/pkg.Service/Method") is None
 
@@ -98,8 +99,8 @@ def test_generate_stream_route_needs_no_stream_field():
 
 def test_middle_events_are_not_decoded(monkeypatch):
     decoded = []
-    real = llm._loads
-    monkeypatch.setattr(llm, "_loads", lambda data: decoded.append(data) or real(data))
+    real = llm.loads
+    monkeypatch.setattr(llm, "loads", lambda data: decoded.append(data) or real(data))
     facts, _ = facts_of(tgi_stream(20))
     assert facts.chunks == 20 and facts.output_tokens == 20
     assert len([d for d in decoded if d.startswith(b"{\"index\"")]) == 2  # the first and the last events only
@@ -122,11 +123,11 @@ def test_error_answer_is_a_call():
 
 
 def test_event_read_from_bytes():
-    assert llm._tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"a","special":false},"generated_text":null,"details":null}') == 1
-    assert llm._tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"","special":true},"generated_text":null,"details":null}') == 0
-    assert llm._tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"a","special":false},"generated_text":"a","details":{}}') == -1
-    assert llm._tgi_plain_event(b'{"error":"x","error_type":"generation"}') == -1
-    assert llm._tgi_plain_event(b"not json") == -1
+    assert tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"a","special":false},"generated_text":null,"details":null}') == 1
+    assert tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"","special":true},"generated_text":null,"details":null}') == 0
+    assert tgi_plain_event(b'{"index":1,"token":{"id":1,"text":"a","special":false},"generated_text":"a","details":{}}') == -1
+    assert tgi_plain_event(b'{"error":"x","error_type":"generation"}') == -1
+    assert tgi_plain_event(b"not json") == -1
 
 
 @FUZZ

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocols.genai.llm import Api, Endpoint, Operation, match_endpoint
+from protocols.genai import match_endpoint
 from protocols.genai.tests.test_fuzz import FUZZ, split
 from protocols.genai.v2grpc import (
     GrpcMessages,
@@ -25,8 +25,8 @@ from protocols.genai.v2grpc import (
     read_varint,
 )
 
-UNARY = Endpoint(Api.V2_GRPC, Operation.INFER)
-STREAM = Endpoint(Api.V2_GRPC, Operation.INFER, streaming=True)
+UNARY = match_endpoint("POST", "/inference.GRPCInferenceService/ModelInfer")
+STREAM = match_endpoint("POST", "/inference.GRPCInferenceService/ModelStreamInfer")
 
 
 # -- a tiny protobuf encoder (the tests' own, independent of the reader) --------------
@@ -100,7 +100,7 @@ def test_paths():
     assert match_endpoint("POST", "/inference.GRPCInferenceService/ModelInferX") is None
     assert match_endpoint("GET", "/inference.GRPCInferenceService/ModelInfer") is None
     assert match_endpoint("POST", "/demo.Inference/Predict") is None
-    assert match_endpoint("POST", "/v2/models/simple/infer").api is Api.V2_INFER  # HTTP unchanged
+    assert match_endpoint("POST", "/v2/models/simple/infer").route == "http"  # HTTP unchanged
 
 
 # -- the protobuf reader ----------------------------------------------------------------

@@ -9,33 +9,35 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from protocols.genai.llm import Api, Endpoint, LlmCall, Operation, match_endpoint
+from protocols.genai import match_endpoint
+from protocols.genai.llm import LlmCall
 from protocols.genai.tests.test_fuzz import FUZZ, split
 
-SIMPLE = Endpoint(Api.V2_INFER, Operation.INFER, "simple", None)
+SIMPLE = match_endpoint("POST", "/v2/models/simple/infer")
 
 
 def test_paths():
-    assert match_endpoint("POST", "/v2/models/simple/infer") == SIMPLE
-    assert match_endpoint("POST", "/v2/models/simple/versions/3/infer") == Endpoint(Api.V2_INFER, Operation.INFER, "simple", "3")
+    assert (SIMPLE.api.name, SIMPLE.operation, SIMPLE.model, SIMPLE.version) == ("v2_infer", "infer", "simple", None)
+    versioned = match_endpoint("POST", "/v2/models/simple/versions/3/infer")
+    assert (versioned.api, versioned.operation, versioned.model, versioned.version) == (SIMPLE.api, "infer", "simple", "3")
     assert match_endpoint("POST", "/v2/models/my%20model/infer?x=1").model == "my model"
     assert match_endpoint("POST", "http://triton:8000/v2/models/m/infer").model == "m"
     assert match_endpoint("GET", "/v2/models/simple/infer") is None
     assert match_endpoint("POST", "/v2/models/simple/ready") is None
     assert match_endpoint("POST", "/v2/models//infer") is None
     assert match_endpoint("POST", "/v2/models/a/b/infer") is None
-    assert match_endpoint("POST", "/v2/rerank").api is Api.RERANK
+    assert match_endpoint("POST", "/v2/rerank").api.name == "rerank"
 
 
 def facts_of(endpoint, request: bytes, response: bytes, req_len=None, resp_len=None, content_type="application/json", cuts=()):
     call = LlmCall(endpoint)
     if req_len is not None:
-        call.json_head_length(False, str(req_len))
+        call.header(False, "inference-header-content-length", str(req_len))
     for piece in split(request, list(cuts)):
         call.request_body(piece)
     call.response_start(content_type)
     if resp_len is not None:
-        call.json_head_length(True, str(resp_len))
+        call.header(True, "inference-header-content-length", str(resp_len))
     for i, piece in enumerate(split(response, list(cuts))):
         call.response_body(1000 + i, piece)
     facts = call.finish()

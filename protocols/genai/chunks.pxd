@@ -1,16 +1,10 @@
-# C types for llm.py when Cython compiles it (setup.py). The logic lives only in llm.py;
-# this file declares match_endpoint, asked once per HTTP exchange that starts (the
-# GenAI progress filter), so that otelbpf/semantics/genai.py calls it as a C function,
-# and the per-chunk stream reading: SseTap, the HTTP/1 parser's reader of an SSE
-# response (an extension type whose take() the parser calls as a C method), and the
-# in-place chunk classifier it and LlmCall._on_sse use (C loops over the chunk's bytes).
-# The other classes stay Python classes.
+# C types for chunks.py when Cython compiles it (setup.py). The logic lives only in
+# chunks.py; this file makes SseTap, the HTTP/1 parser's reader of an SSE response, an
+# extension type whose take() the parser calls as a C method, and declares the in-place
+# chunk classifier it and LlmCall's events use (C loops over the chunk's bytes).
 cimport cython as cy
 from libc.string cimport memchr, memcmp
 from protocols.http1.parse cimport BodyTap
-
-
-cpdef object match_endpoint(method, target)
 
 
 cdef class SseTap(BodyTap):
@@ -47,7 +41,7 @@ cdef class SseTap(BodyTap):
 
 @cy.locals(avail=Py_ssize_t, text=cy.p_uchar, hit=cy.p_void, stop=Py_ssize_t, eol=Py_ssize_t)
 cdef Py_ssize_t _event_end(bytes buf, Py_ssize_t pos, Py_ssize_t end) except -3
-cpdef int _plain_chunk_at(bytes buf, Py_ssize_t start, Py_ssize_t end) except -2
+cpdef int plain_chunk_at(bytes buf, Py_ssize_t start, Py_ssize_t end) except -2
 @cy.locals(seen=cy.int, output=cy.int, first_index=Py_ssize_t, q=Py_ssize_t, name=Py_ssize_t, c=cy.int, key=cy.int,
            after=Py_ssize_t, value=Py_ssize_t)
 cdef int _classify_at(unsigned char *text, Py_ssize_t start, Py_ssize_t end, Py_ssize_t *string_at) noexcept
