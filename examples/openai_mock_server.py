@@ -12,6 +12,12 @@ Routes (POST, JSON bodies, as the OpenAI API):
                          rerank "documents" against "query" (vLLM / Jina / Cohere
                          shape: results by relevance, top_n of them, usage)
   /v1/score, /score      vLLM's score API: "text_1" against each of "text_2"
+  /v1/responses          OpenAI's Responses API ("input", "max_output_tokens"); streamed as
+                         its named SSE events when "stream": true
+  /api/chat, /api/generate, /api/embed
+                         Ollama's own API (the ollama Python client with host = this
+                         server); chat and generate stream NDJSON lines unless
+                         "stream": false
   /generate, /generate_stream, /
                          Hugging Face TGI's native API ("inputs", "parameters"):
                          huggingface_hub's InferenceClient(model=this server)
@@ -25,6 +31,22 @@ the tokens; a stream's last event carries ``generated_text`` and ``details`` wit
 ``input_length`` (the words of ``inputs``), every other one ``"generated_text":null``,
 as TGI writes them (compact JSON, ``data:`` without a space). ``/`` answers a
 one-element list unless streamed; ``/generate`` an object. Delays as below.
+
+The Responses route: ``max_output_tokens`` tokens (default 5) as above; status
+``incomplete`` with ``incomplete_details.reason`` ``max_output_tokens`` when that was given,
+else ``completed``; ``usage`` with ``input_tokens`` (the words of ``instructions`` and
+``input``), ``output_tokens``, ``input_tokens_details.cached_tokens`` 0; ids ``resp_mock_N``.
+Streamed as OpenAI sends it: ``response.created``, ``response.in_progress``,
+``response.output_item.added`` and ``response.content_part.added`` at once, one
+``response.output_text.delta`` per token (delays as below), then ``response.output_text.done``,
+``response.content_part.done``, ``response.output_item.done`` and ``response.completed``
+(``response.incomplete`` when cut at ``max_output_tokens``) with the whole response.
+
+The Ollama routes: ``options.num_predict`` tokens (default 5); ``prompt_eval_count`` the words
+of the messages or prompt, ``eval_count`` the tokens, ``done_reason`` ``length`` when
+``num_predict`` was given, else ``stop``; streamed as one NDJSON line per token
+(``"done": false``) and a last line (``"done": true``) with the counts; ``/api/embed``: one
+vector per input.
 
 The Anthropic route: the output is ``min(max_tokens, mock_output_tokens or 5)``
 tokens as above, ``stop_reason`` ``max_tokens`` when that is ``max_tokens``, else
@@ -242,6 +264,12 @@ class MockHandler(BaseHTTPRequestHandler):
             self._messages(request)
         elif path in ("/v1/rerank", "/rerank", "/v2/rerank"):
             self._send_json(200, rerank_response(request, next_id()))
+        elif path == "/v1/responses":
+            self._responses(request)
+        elif path in ("/api/chat", "/api/generate"):
+            self._ollama(request, chat=path == "/api/chat")
+        elif path == "/api/embed":
+            self._ollama_embed(request)
         elif path in ("/generate", "/generate_stream", "/"):
             self._tgi(request, stream=path == "/generate_stream" or (path == "/" and request.get("stream") is True),
                       listed=path == "/")
@@ -370,6 +398,110 @@ class MockHandler(BaseHTTPRequestHandler):
         self._event({"type": "message_stop"}, name="message_stop")
         self._end_stream()
 
+
+    def _delays(self, request: dict) -> tuple[float, float]:
+        """First-token and between-token delays, the request's extra fields winning."""
+        first_delay, token_delay = self.first_token_delay_s, self.token_delay_s
+        if isinstance(request.get("mock_first_token_delay_ms"), (int, float)):
+            first_delay = request["mock_first_token_delay_ms"] / 1000.0
+        if isinstance(request.get("mock_token_delay_ms"), (int, float)):
+            token_delay = request["mock_token_delay_ms"] / 1000.0
+        return first_delay, token_delay
+
+    def _responses(self, request: dict) -> None:
+        """OpenAI's Responses API."""
+        number = next_id()
+        model = str(request.get("model", "mock-model"))
+        limit = request.get("max_output_tokens")
+        tokens = tokens_for({"max_tokens": limit or 5, "mock_token_bytes": request.get("mock_token_bytes")})
+        prompt = words(request.get("instructions")) + words(request.get("input"))
+        usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0}, "output_tokens": len(tokens),
+                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + len(tokens)}
+        response = {"id": f"resp_mock_{number}", "object": "response", "created_at": 1700000000, "model": f"{model}-mock",
+                    "status": "in_progress", "output": [], "usage": None, "incomplete_details": None}
+        text = "".join(tokens)
+        item = {"id": f"msg_mock_{number}", "type": "message", "role": "assistant", "status": "completed",
+                "content": [{"type": "output_text", "text": text, "annotations": []}]}
+        done = dict(response, status="incomplete" if limit else "completed", output=[item], usage=usage,
+                    incomplete_details={"reason": "max_output_tokens"} if limit else None)
+        first_delay, token_delay = self._delays(request)
+        if not request.get("stream"):
+            time.sleep(first_delay + token_delay * max(len(tokens) - 1, 0))
+            self._send_json(200, done)
+            return
+        self._start_stream()
+        sequence = iter(range(1_000_000))
+        self._event({"type": "response.created", "sequence_number": next(sequence), "response": response},
+                    name="response.created")
+        self._event({"type": "response.in_progress", "sequence_number": next(sequence), "response": response},
+                    name="response.in_progress")
+        opened = dict(item, status="in_progress", content=[])
+        self._event({"type": "response.output_item.added", "sequence_number": next(sequence), "output_index": 0,
+                     "item": opened}, name="response.output_item.added")
+        part = {"type": "output_text", "text": "", "annotations": []}
+        self._event({"type": "response.content_part.added", "sequence_number": next(sequence), "item_id": item["id"],
+                     "output_index": 0, "content_index": 0, "part": part}, name="response.content_part.added")
+        for i, token in enumerate(tokens):
+            time.sleep(first_delay if i == 0 else token_delay)
+            self._event({"type": "response.output_text.delta", "sequence_number": next(sequence), "item_id": item["id"],
+                         "output_index": 0, "content_index": 0, "delta": token}, name="response.output_text.delta")
+        self._event({"type": "response.output_text.done", "sequence_number": next(sequence), "item_id": item["id"],
+                     "output_index": 0, "content_index": 0, "text": text}, name="response.output_text.done")
+        self._event({"type": "response.content_part.done", "sequence_number": next(sequence), "item_id": item["id"],
+                     "output_index": 0, "content_index": 0, "part": item["content"][0]}, name="response.content_part.done")
+        self._event({"type": "response.output_item.done", "sequence_number": next(sequence), "output_index": 0,
+                     "item": item}, name="response.output_item.done")
+        event = "response.incomplete" if limit else "response.completed"
+        self._event({"type": event, "sequence_number": next(sequence), "response": done}, name=event)
+        self._end_stream()
+
+    def _ollama(self, request: dict, chat: bool) -> None:
+        """Ollama's /api/chat and /api/generate: NDJSON lines unless "stream": false."""
+        model = str(request.get("model", "mock-model"))
+        options = request.get("options") if isinstance(request.get("options"), dict) else {}
+        limit = options.get("num_predict")
+        tokens = tokens_for({"max_tokens": limit or 5, "mock_token_bytes": request.get("mock_token_bytes")})
+        prompt = words(request.get("messages")) if chat else words(request.get("prompt"))
+        created = "2023-11-14T22:13:20Z"
+
+        def line(token: str | None) -> dict:
+            out = {"model": model, "created_at": created}
+            if chat:
+                out["message"] = {"role": "assistant", "content": token or ""}
+            else:
+                out["response"] = token or ""
+            out["done"] = token is None
+            if token is None:
+                out.update(done_reason="length" if limit else "stop", total_duration=1000, load_duration=10,
+                           prompt_eval_count=prompt, prompt_eval_duration=100, eval_count=len(tokens), eval_duration=800)
+            return out
+
+        first_delay, token_delay = self._delays(request)
+        if request.get("stream") is False:
+            time.sleep(first_delay + token_delay * max(len(tokens) - 1, 0))
+            answer = line(None)
+            if chat:
+                answer["message"]["content"] = "".join(tokens)
+            else:
+                answer["response"] = "".join(tokens)
+            self._send_json(200, answer)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-ndjson")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i, token in enumerate(tokens + [None]):
+            time.sleep(first_delay if i == 0 else token_delay)
+            data = (json.dumps(line(token)) + "\n").encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self._end_stream()
+
+    def _ollama_embed(self, request: dict) -> None:
+        inputs = request.get("input")
+        texts = inputs if isinstance(inputs, list) else [inputs]
+        vectors = [[round(0.01 * (i + 1) * (j + 1), 4) for j in range(4)] for i in range(len(texts))]
+        self._send_json(200, {"model": str(request.get("model", "mock-embed")), "embeddings": vectors,
+                              "total_duration": 1000, "load_duration": 10, "prompt_eval_count": words(texts)})
 
     def _tgi(self, request: dict, stream: bool, listed: bool) -> None:
         """Hugging Face TGI's native API."""

@@ -42,6 +42,10 @@
 #   openai.pcap            (tests/golden/http1/) the openai Python SDK against
 #                          examples/openai_mock_server.py: chat, chat streamed
 #                          with usage, legacy completion streamed, embeddings
+#   openai_responses.pcap  (tests/golden/http1/) the openai Python SDK's Responses API
+#                          against the same mock's /v1/responses: an answer, a stream
+#   ollama.pcap            (tests/golden/http1/) the ollama Python client against the same
+#                          mock's /api/*: chat, chat streamed (NDJSON), generate, embed
 #   anthropic.pcap         (tests/golden/http1/) the anthropic Python SDK against the
 #                          same mock's /v1/messages: a message, and a stream with a
 #                          cache_control system block (cache read tokens)
@@ -376,6 +380,36 @@ with client.messages.stream(model="claude-haiku-4-5", max_tokens=6, system=syste
     stop_capture golden/http1/anthropic.pcap
 }
 
+# OpenAI's Responses API: the real openai SDK against the mock's /v1/responses (one answer cut
+# at max_output_tokens, one stream with instructions).
+record_openai_responses() {
+    start_capture golden/http1/openai_responses.pcap "tcp port 18089"
+    "$here/.venv/bin/python" -c '
+import openai
+client = openai.OpenAI(base_url="http://127.0.0.1:18089/v1", api_key="sk-golden-not-a-secret", max_retries=0)
+client.responses.create(model="gpt-4.1-mini", input="say hello to the golden tests", max_output_tokens=3, temperature=0.2)
+with client.responses.stream(model="gpt-4.1-mini", input="stream to the golden tests", instructions="be brief") as stream:
+    for _ in stream:
+        pass'
+    stop_capture golden/http1/openai_responses.pcap
+}
+
+# Ollama's own API: the real ollama Python client against the mock's /api/* routes (a chat,
+# a streamed chat, a generate, embeddings), one client.
+record_ollama() {
+    start_capture golden/http1/ollama.pcap "tcp port 18089"
+    "$here/.venv/bin/python" -c '
+import ollama
+client = ollama.Client(host="http://127.0.0.1:18089")
+client.chat(model="llama3.2", messages=[{"role": "user", "content": "say hello to the golden tests"}],
+            options={"num_predict": 3, "temperature": 0.2}, stream=False)
+for _ in client.chat(model="llama3.2", messages=[{"role": "user", "content": "stream to the golden tests"}], stream=True):
+    pass
+client.generate(model="llama3.2", prompt="once upon a golden time", options={"num_predict": 2}, stream=False)
+client.embed(model="nomic-embed-text", input=["first text", "second text"])'
+    stop_capture golden/http1/ollama.pcap
+}
+
 # Rerank and score calls (vLLM / Jina shapes) with httpx, one kept-alive connection.
 record_rerank() {
     start_capture golden/http1/rerank.pcap "tcp port 18089"
@@ -553,7 +587,8 @@ client.close()'
 }
 
 all_captures=(http_get http_keepalive http_post_chunked nginx_large http_ipv6 snaplen200 sll sll2 udp_echo gateway
-    grpc_calls grpc_concurrent grpc_late h2c_nginx openai anthropic rerank tgi triton triton_grpc gemini bedrock)
+    grpc_calls grpc_concurrent grpc_late h2c_nginx openai openai_responses anthropic ollama rerank tgi triton triton_grpc
+    gemini bedrock)
 [ $# -gt 0 ] || set -- "${all_captures[@]}"
 for name in "$@"; do
     if ! declare -F "record_$name" >/dev/null; then

@@ -16,11 +16,6 @@ from protocols.genai import ROUTES, Endpoint, LlmApi, LlmCall, Routes, default_r
 from protocols.genai.api import openai_style
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-#: Registered APIs that no golden capture covers yet, and why (a new API may not join this list).
-NOT_CAPTURED = {
-    "ollama": "no mock serves Ollama's /api/* routes yet (tests/test_genai_pipeline.py feeds them)",
-    "openai_responses": "no mock serves /v1/responses yet (protocols/genai/tests/test_llm.py feeds it)",
-}
 
 
 def semconv_values(prefix: str) -> set[str]:
@@ -63,11 +58,7 @@ def test_every_registered_api_has_a_golden_capture():
         assert attrs["gen_ai.operation.name"] in endpoint.api.operations
         covered.setdefault(endpoint.api.name, set()).add(attrs["gen_ai.provider.name"])
     for api in ROUTES.apis:
-        if api.name in NOT_CAPTURED:
-            assert api.name not in covered, f"{api.name} has a capture now: drop it from NOT_CAPTURED"
-            continue
         assert api.provider in covered.get(api.name, ()), f"no golden capture of the {api.name} API"
-    assert set(NOT_CAPTURED) <= {api.name for api in ROUTES.apis}
 
 
 def test_routes_are_looked_up_by_path_not_tried_one_by_one():
