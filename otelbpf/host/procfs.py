@@ -210,6 +210,43 @@ def tcp_sockets(pid: int) -> Iterable[tuple[int, tuple[int, str, int, str, int]]
                 yield int(cols[9]), (family, local[0], local[1], peer[0], peer[1])
 
 
+#: /proc/net/tcp's state column for a listening socket (TCP_LISTEN).
+_TCP_LISTEN = "0A"
+
+
+def _raw_address(text: str) -> bytes:
+    """/proc's hex address as the kernel holds it (network order), IPv4 in 4 bytes, IPv6 in 16."""
+    raw = bytes.fromhex(text)
+    return b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+
+
+def listening_sockets(pid: int) -> list[tuple[int, bytes, int]]:
+    """(family, address in network order, port) of the TCP sockets ``pid`` listens
+    on (its own fds, read in its own network namespace); an unspecified address
+    (a wildcard listener) is all zero bytes."""
+    try:
+        fds = os.listdir(f"{PROC}/{pid}/fd")
+    except OSError:
+        return []
+    inodes = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"{PROC}/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for name, family in _TABLES[IPPROTO_TCP]:
+        table = _read(f"{PROC}/{pid}/net/{name}", "r")
+        for line in (table or "").splitlines()[1:]:
+            cols = line.split()
+            if len(cols) > 9 and cols[3] == _TCP_LISTEN and cols[9] in inodes:
+                addr, port = cols[1].split(":")
+                found.append((family, _raw_address(addr), int(port, 16)))
+    return found
+
+
 def fill_tuple_from_proc(event: ConnOpen) -> bool:
     """Complete a ConnOpen whose tuple the kernel did not see (a TCP socket
     older than the agent; any UDP socket, whose local port and, when
