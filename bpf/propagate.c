@@ -114,7 +114,10 @@ struct served {
     __s32 open;
     __u8 background; /* the thread called out while its process served nothing */
     __u8 valid;
-    __u16 pad;
+    /* the latest request may carry a context the kernel did not read (its headers
+     * not looked at yet, or naming one in another format): its calls carry none */
+    __u8 unsure;
+    __u8 pad;
     __u32 pad2;
     __u64 sk;
     struct trace_ctx ctx;
@@ -140,6 +143,8 @@ struct prop_scratch {
     struct trace_ctx found;
     struct prop_tls stash;
     __u32 found_at;
+    __u32 found_kind;
+    __u32 pad_;
     /* a header scan asked of prop_header_scan: by this thread, of this socket's read */
     __u32 scan_tid;
     __u64 scan_sk;
@@ -198,24 +203,32 @@ static __always_inline __u32 read_tcp_u32(__u64 sk, __u32 off)
 
 /* ---- what a thread and its process serve ---- */
 
-static __always_inline void served_store(struct served *s, __u64 sk, struct trace_ctx *ctx)
+static __always_inline void served_store(struct served *s, __u64 sk, struct trace_ctx *ctx, __u8 unsure)
 {
     __sync_fetch_and_add(&s->seq, 1);
     s->sk = sk;
     __builtin_memcpy(&s->ctx, ctx, sizeof(*ctx));
+    s->unsure = unsure;
     s->valid = 1;
     __sync_fetch_and_add(&s->seq, 1);
 }
 
-/* Copy the latest request's context if it is the one open: 1, else 0. */
+#define SERVED_NONE 0   /* the open request is not known */
+#define SERVED_KNOWN 1  /* out: its context */
+#define SERVED_UNSURE 2 /* known, but it may carry a context the kernel did not read */
+
+/* The latest request's context, if it is the one open: SERVED_*. */
 static __always_inline int served_take(struct served *s, struct trace_ctx *out)
 {
     __u32 before = *(volatile __u32 *)&s->seq;
     if (before & 1 || !s->valid)
-        return 0;
+        return SERVED_NONE;
     __builtin_memcpy(out, &s->ctx, sizeof(*out));
+    __u8 unsure = s->unsure;
     asm volatile("" ::: "memory");
-    return *(volatile __u32 *)&s->seq == before;
+    if (*(volatile __u32 *)&s->seq != before)
+        return SERVED_NONE;
+    return unsure ? SERVED_UNSURE : SERVED_KNOWN;
 }
 
 /* A thread's (a process's) entry, made (zeroed) if missing. */
@@ -277,7 +290,10 @@ static __always_inline int client_trace(__u32 tgid, __u32 tid, __u8 uses, struct
 {
     struct served *t = served_of(tid);
     if (t && t->open > 0) {
-        if (t->open == 1 && served_take(t, ctx)) {
+        int taken = t->open == 1 ? served_take(t, ctx) : SERVED_NONE;
+        if (taken == SERVED_UNSURE)
+            return 0;
+        if (taken == SERVED_KNOWN) {
             ctx->rule = CTX_RULE_THREAD;
             return 1;
         }
@@ -292,7 +308,10 @@ static __always_inline int client_trace(__u32 tgid, __u32 tid, __u8 uses, struct
         return 1;
     }
     if (p && p->open > 0) {
-        if (p->open == 1 && served_take(p, ctx)) {
+        int taken = p->open == 1 ? served_take(p, ctx) : SERVED_NONE;
+        if (taken == SERVED_UNSURE)
+            return 0;
+        if (taken == SERVED_KNOWN) {
             ctx->rule = CTX_RULE_PROCESS;
             return 1;
         }
@@ -615,6 +634,9 @@ static __always_inline int parse_traceparent(__u8 *b, struct trace_ctx *ctx)
 #endif
 #define TP_VALUE_LEN 55
 #define BYTES_OF(c) (0x0101010101010101ULL * (c))
+/* what find_traceparent found */
+#define FOUND_TRACEPARENT 1 /* a traceparent: ctx */
+#define FOUND_OTHER 2       /* a context the kernel does not read (Jaeger, B3), or a malformed traceparent */
 
 /* Bit 7 of each byte of x that is zero (exactly: no false positives). */
 static __always_inline __u64 zero_bytes(__u64 x)
@@ -643,6 +665,7 @@ static __always_inline int find_traceparent(__u8 *data, __u64 captured, struct t
         return 0;
     __u32 *found = &scratch->found_at;
     *found = 0;
+    scratch->found_kind = 0;
     scratch->scanned_len = captured;
     for (int w = 0; w < TP_SCAN_BYTES / 8; w++) {
         __u32 off = w * 8;
@@ -652,62 +675,83 @@ static __always_inline int find_traceparent(__u8 *data, __u64 captured, struct t
         __u64 next = *(__u64 *)(data + off + 8);
         __u64 after = (here >> 8) | (next << 56); /* byte k: the one after byte k of here */
         __u64 newline = zero_bytes(here ^ BYTES_OF('\n'));
-        __u64 tee = zero_bytes((after | BYTES_OF(0x20)) ^ BYTES_OF('t'));
+        __u64 lead = after | BYTES_OF(0x20); /* lower case */
+        __u64 letters = zero_bytes(lead ^ BYTES_OF('t')) | zero_bytes(lead ^ BYTES_OF('u')) |
+                        zero_bytes(lead ^ BYTES_OF('b')) | zero_bytes(lead ^ BYTES_OF('x'));
         __u64 blank = zero_bytes(after ^ BYTES_OF('\r')) | zero_bytes(after ^ BYTES_OF('\n'));
-        __u64 candidates = newline & tee;
-        if (candidates) { /* rare: a line starting with t or T (te, trailer, traceparent, tracestate) */
+        __u64 candidates = newline & letters;
+        if (candidates) { /* rare: a line starting with t, u, b or x (traceparent, uber-trace-id, b3, x-b3-*) */
 #pragma unroll
             for (int round = 0; round < 2; round++) {
-                __u32 at = off + 1 + lowest_byte(candidates); /* the 't' of the line */
-                __u64 name = *(__u64 *)(data + at);
-                __u32 tail = *(__u32 *)(data + at + 8);
-                if ((name | BYTES_OF(0x20)) == 0x7261706563617274ULL && /* "tracepar" */
-                    (tail | 0x20202020) == 0x3a746e65) {                /* "ent:" */
+                __u32 at = off + 1 + lowest_byte(candidates); /* the line's first letter */
+                __u64 name = *(__u64 *)(data + at) | BYTES_OF(0x20);
+                __u32 tail = *(__u32 *)(data + at + 8) | 0x20202020;
+                if (name == 0x7261706563617274ULL && tail == 0x3a746e65) { /* "tracepar" "ent:" */
                     *found = at + 12 + (data[at + 12] == ' ');
+                    scratch->found_kind = FOUND_TRACEPARENT;
+                    break;
+                }
+                if ((name == 0x6172742d72656275ULL && tail == 0x692d6563) || /* "uber-tra" "ce-i" */
+                    (name & 0xffffff) == 0x3a3362 ||                        /* "b3:" */
+                    (name & 0xffffffffffULL) == 0x2d33622d78ULL) {          /* "x-b3-" */
+                    scratch->found_kind = FOUND_OTHER;
                     break;
                 }
                 candidates &= candidates - 1;
                 if (!candidates)
                     break;
             }
-            if (*found)
+            if (*found || scratch->found_kind)
                 break;
         }
         if (newline & blank)
             break; /* the headers end in this word */
     }
     /* read back from the map: the verifier continues with one state, not one per exit */
+    if (scratch->found_kind == FOUND_OTHER)
+        return FOUND_OTHER;
     __u32 at = *found;
     captured = scratch->scanned_len;
     if (!at || at + TP_VALUE_LEN > captured)
         return 0;
     /* at <= TP_SCAN_BYTES + 22 < the mask + 1, and the value fits the record's 2 * CAPTURE_BYTES */
     MASK_FOR_VERIFIER(at, CAPTURE_BYTES >= 2048 ? 2047 : CAPTURE_BYTES - 1);
-    return parse_traceparent(&data[at], ctx);
+    return parse_traceparent(&data[at], ctx) ? FOUND_TRACEPARENT : FOUND_OTHER;
 #else
     return 0;
 #endif
 }
 
 /* A served request starts (served_read_begin chose ctx): the thread's and the
- * process's served state take it. A fresh context in a process that calls out
- * may yet be the request's traceparent header: prop_header_scan looks, right
- * after this program, at the payload this read left in the per-CPU scratch
- * record (a program of its own: the scan's loop, verified inside the capture's
- * many paths, went past the verifier's 1M instructions). */
-static __always_inline void prop_served_commit(__u64 id, struct sock_io *io, struct conn_val *entry,
-                                               struct trace_ctx *ctx, __u8 *data, __u64 captured)
+ * process's served state take it. In a plaintext HTTP/1 request, a header may
+ * carry a context of its own (an instrumented client's, a peer's header mode),
+ * which wins, as it does in user space: in a process that calls out, the
+ * receive tracepoint then tail-calls prop_header_scan on the payload this read
+ * left in the per-CPU scratch record (PROP_SCAN returned; a program of its
+ * own: the scan's loop, verified inside the capture's many paths, went past
+ * the verifier's 1M instructions). A request of a process that never called
+ * out is not scanned: if it calls out while serving it (its first call), the
+ * kernel does not know the trace, and that call carries no context. */
+static __always_inline int prop_served_commit(__u64 id, struct sock_io *io, struct conn_val *entry,
+                                              struct trace_ctx *ctx, __u8 *data, __u64 captured)
 {
     __u32 tgid = id >> 32;
     __u32 tid = (__u32)id;
     int zero = 0;
     struct prop_scratch *scratch = prop_scratches.lookup(&zero);
     if (!scratch)
-        return;
-    if (data && ctx->origin == CTX_FRESH && (process_uses(tgid) & USES_CALLS)) {
-        scratch->scan_tid = tid;
-        scratch->scan_sk = io->sk;
-        scratch->scan_len = captured;
+        return 0;
+    __u8 unsure = 0;
+    int scan = 0;
+    if (data && captured >= 8 && is_http1_request(data)) {
+        if (process_uses(tgid) & USES_CALLS) {
+            scratch->scan_tid = tid;
+            scratch->scan_sk = io->sk;
+            scratch->scan_len = captured;
+            scan = PROP_SCAN;
+        } else {
+            unsure = 1;
+        }
     }
     if (!(entry->prop & PROP_OPEN)) {
         entry->prop |= PROP_OPEN;
@@ -721,25 +765,28 @@ static __always_inline void prop_served_commit(__u64 id, struct sock_io *io, str
     }
     struct served *t = served_of(tid);
     if (t)
-        served_store(t, io->sk, ctx);
+        served_store(t, io->sk, ctx, unsure);
     struct served *p = served_of(tgid | SERVED_PROCESS);
     if (p)
-        served_store(p, io->sk, ctx);
+        served_store(p, io->sk, ctx, unsure);
     if (io->uses & USES_TLS) { /* the plaintext record of the SSL_read that reads it carries it (bpf/tls.c) */
         scratch->stash.conn_id = entry->conn_id;
         __builtin_memcpy(&scratch->stash.ctx, ctx, sizeof(*ctx));
         __u64 key = tid | ((__u64)DIR_INGRESS << 32);
         prop_tls.update(&key, &scratch->stash);
     }
+    return scan;
 }
 
-/* After the capture program, on the same receive: the traceparent header of a
- * request prop_served_commit asked about, in the payload the capture left in
- * the per-CPU scratch record. Found: the thread's and process's served state
- * take it (if the request is still the one they hold). The record already
- * went out with the fresh context; user space, which parses the header too,
- * gives it precedence as the kernel now does. Attached by user space (not
- * automatically) to the socket receive tracepoint, after the capture. */
+/* Tail-called by the receive tracepoint after the capture (socket.c,
+ * prop_after_receive): the trace-context header of a request
+ * prop_served_commit asked about, in the payload the capture left in the
+ * per-CPU scratch record. A traceparent: the thread's and process's served
+ * state take it (if the request is still the one they hold). The record
+ * already went out with the context of the option or a fresh one; user
+ * space, which parses the header too, gives it precedence as the kernel now
+ * does. A context in another format (Jaeger, B3): the kernel does not read
+ * it, so the calls made while serving this request carry none. */
 static __always_inline int header_scan(void)
 {
     int zero = 0;
@@ -756,16 +803,24 @@ static __always_inline int header_scan(void)
     __builtin_memset(&work->found, 0, sizeof(work->found));
     __u64 captured = work->scan_len;
     BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
-    if (!find_traceparent(rec->data, captured, &work->found))
+    int found = find_traceparent(rec->data, captured, &work->found);
+    if (!found)
         return 0;
     __u32 tgid = bpf_get_current_pid_tgid() >> 32;
     __u64 sk = work->scan_sk;
     struct served *t = served_of(tid);
-    if (t && t->sk == sk && t->valid)
-        served_store(t, sk, &work->found);
     struct served *p = served_of(tgid | SERVED_PROCESS);
-    if (p && p->sk == sk && p->valid)
-        served_store(p, sk, &work->found);
+    if (found == FOUND_TRACEPARENT) {
+        if (t && t->sk == sk && t->valid)
+            served_store(t, sk, &work->found, 0);
+        if (p && p->sk == sk && p->valid)
+            served_store(p, sk, &work->found, 0);
+    } else { /* a context in a format the kernel does not read: its calls carry none */
+        if (t && t->sk == sk)
+            t->unsure = 1;
+        if (p && p->sk == sk)
+            p->unsure = 1;
+    }
     return 0;
 }
 

@@ -222,9 +222,13 @@ static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u6
 /* bpf/propagate.c: a connection's served request and client context at each
  * stream I/O (also when muted), and when its entry goes. */
 static __always_inline int prop_stream_io(__u64 id, struct sock_io *io, struct conn_val *entry, struct trace_ctx *ctx);
-static __always_inline void prop_served_commit(__u64 id, struct sock_io *io, struct conn_val *entry,
-                                               struct trace_ctx *ctx, __u8 *data, __u64 captured);
+static __always_inline int prop_served_commit(__u64 id, struct sock_io *io, struct conn_val *entry,
+                                              struct trace_ctx *ctx, __u8 *data, __u64 captured);
 static __always_inline void prop_connection_over(__u32 tgid, struct conn_val *entry);
+/* After a receive whose request headers propagate.c wants read: its prop_header_scan,
+ * tail-called (verified on its own, and run only then). */
+#define PROP_SCAN 1
+BPF_PROG_ARRAY(prop_after_receive, 1);
 #endif
 
 /* The TCP socket sk is done: end the connection it carried, if still ours.
@@ -737,6 +741,7 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
             prop_served_commit(id, io, entry, &ctx, 0, 0);
         return 0;
     }
+    int scan = 0;
     __u64 extra = prop ? sizeof(struct trace_ctx) : 0;
 #else
     __u64 conn_id = connection_known(id, io, known, &whole, 0);
@@ -769,7 +774,7 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
     BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
 #if PROPAGATION
     if (prop == PROP_IO_SERVED)
-        prop_served_commit(id, io, entry, &ctx, rec->data, captured);
+        scan = prop_served_commit(id, io, entry, &ctx, rec->data, captured);
     if (prop) { /* after the payload: capture.h, DF_TRACE_CTX */
         __builtin_memcpy(&rec->data[captured], &ctx, sizeof(ctx));
         rec->hdr.flags |= DF_TRACE_CTX;
@@ -781,7 +786,11 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
         else
             emit_whole_gathered(&rec->hdr, io->total, end);
     }
+#if PROPAGATION
+    return scan; /* PROP_SCAN: the receive tracepoint tail-calls the header scan */
+#else
     return 0;
+#endif
 }
 
 /* Read a user sockaddr_in/in6 into info (family 0 when unreadable). */
@@ -1091,7 +1100,12 @@ static __always_inline int sock_length_raw(struct bpf_raw_tracepoint_args *ctx, 
 
 RAW_TRACEPOINT_PROBE(sock_recv_length)
 {
-    return sock_length_raw(ctx, DIR_INGRESS);
+    int done = sock_length_raw(ctx, DIR_INGRESS);
+#if PROPAGATION
+    if (done == PROP_SCAN)
+        prop_after_receive.call(ctx, 0);
+#endif
+    return 0;
 }
 
 RAW_TRACEPOINT_PROBE(sock_send_length)
@@ -1127,7 +1141,12 @@ int sk_offsets_check(struct bpf_raw_tracepoint_args *ctx)
  * socket call on the host, traced or not. */
 TRACEPOINT_PROBE(sock, sock_recv_length)
 {
-    return on_sock_length((__u64)args->sk, args->family, args->protocol, args->ret, args->flags, DIR_INGRESS);
+    int done = on_sock_length((__u64)args->sk, args->family, args->protocol, args->ret, args->flags, DIR_INGRESS);
+#if PROPAGATION
+    if (done == PROP_SCAN)
+        prop_after_receive.call(args, 0);
+#endif
+    return 0;
 }
 
 TRACEPOINT_PROBE(sock, sock_send_length)

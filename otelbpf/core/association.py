@@ -211,7 +211,9 @@ class Linker:
         if message is not None and receiving and remote is None:
             start = self._receive_message(message, exchange.sole_reader, kind, pid, tid)
         elif remote is not None:
-            start = SpanStart(TraceGroup(remote.trace_id, remote.trace_state), new_span_id(), remote.span_id, kind, pid, tid, PROPAGATED)
+            # a client's own header wins; the span keeps the id the kernel put on the wire, if any
+            span_id = wire.span_id if wire is not None and not receiving else new_span_id()
+            start = SpanStart(TraceGroup(remote.trace_id, remote.trace_state), span_id, remote.span_id, kind, pid, tid, PROPAGATED)
             if receiving:
                 self._claim_client(pair)  # consume the pair so it cannot match a later request
         elif receiving:

@@ -220,14 +220,26 @@ def _raw_address(text: str) -> bytes:
     return b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
 
 
-def listening_sockets(pid: int) -> list[tuple[int, bytes, int]]:
-    """(family, address in network order, port) of the TCP sockets ``pid`` listens
-    on (its own fds, read in its own network namespace); an unspecified address
-    (a wildcard listener) is all zero bytes."""
+_TCP_ESTABLISHED = "01"
+
+
+@dataclass(frozen=True)
+class TcpEnds:
+    """A process's TCP sockets, as the propagation needs them (crossnode.py)."""
+
+    #: (family, address in network order, port) of each listening socket; an
+    #: unspecified address (a wildcard listener) is all zero bytes
+    listening: list[tuple[int, bytes, int]]
+    #: established sockets whose local port it does not listen on: connections it made
+    outgoing: int
+
+
+def tcp_ends(pid: int) -> TcpEnds:
+    """The TCP sockets ``pid`` holds (its own fds, read in its own network namespace)."""
     try:
         fds = os.listdir(f"{PROC}/{pid}/fd")
     except OSError:
-        return []
+        return TcpEnds([], 0)
     inodes = set()
     for fd in fds:
         try:
@@ -236,15 +248,20 @@ def listening_sockets(pid: int) -> list[tuple[int, bytes, int]]:
             continue
         if target.startswith("socket:["):
             inodes.add(target[8:-1])
-    found = []
+    listening, established = [], []
     for name, family in _TABLES[IPPROTO_TCP]:
         table = _read(f"{PROC}/{pid}/net/{name}", "r")
         for line in (table or "").splitlines()[1:]:
             cols = line.split()
-            if len(cols) > 9 and cols[3] == _TCP_LISTEN and cols[9] in inodes:
-                addr, port = cols[1].split(":")
-                found.append((family, _raw_address(addr), int(port, 16)))
-    return found
+            if len(cols) <= 9 or cols[9] not in inodes:
+                continue
+            addr, port = cols[1].split(":")
+            if cols[3] == _TCP_LISTEN:
+                listening.append((family, _raw_address(addr), int(port, 16)))
+            elif cols[3] == _TCP_ESTABLISHED:
+                established.append(int(port, 16))
+    ports = {port for _, _, port in listening}
+    return TcpEnds(listening, sum(1 for port in established if port not in ports))
 
 
 def fill_tuple_from_proc(event: ConnOpen) -> bool:

@@ -34,6 +34,8 @@ log = logging.getLogger("otelbpf.propagation")
 #: bpf/common.h's PROPAGATION bits.
 PROP_TCP = 1
 PROP_HEADERS = 2
+#: bpf/common.h: a traced_tgids bit, the process has connected a TCP socket (it calls out).
+USES_CALLS = 0x20
 #: The modes, as ``--propagation`` and the Helm value take them, and what each turns on.
 MODES = {"off": 0, "tcp": PROP_TCP, "headers": PROP_HEADERS, "all": PROP_TCP | PROP_HEADERS}
 #: Only the kernel's own TCP header-option hooks touch the wire, and only on traced
@@ -189,38 +191,39 @@ class KernelPropagation:
 
     def attach(self) -> None:
         from bcc import BPF
-        from bcc.libbcc import lib
 
+        # the header scan first: the receive tracepoint tail-calls it once the sock_ops program can act
+        scan = self.bpf.load_func(b"prop_header_scan", BPF.RAW_TRACEPOINT if self.raw_receive else BPF.TRACEPOINT)
+        self.bpf["prop_after_receive"][ctypes.c_int(0)] = ctypes.c_int(scan.fd)
         sock_ops = self.bpf.load_func(b"prop_sock_ops", BPF.SOCK_OPS)
         cgroup_fd = os.open(self.plan.cgroup, os.O_RDONLY | os.O_DIRECTORY)
         try:
             self._links.append(bpfsys.link_cgroup(sock_ops.fd, cgroup_fd))
         finally:
             os.close(cgroup_fd)
-        # after the capture program on the same receive: it scans the payload the capture left
-        if self.raw_receive:
-            scan = self.bpf.load_func(b"prop_header_scan", BPF.RAW_TRACEPOINT)
-            link = lib.bpf_attach_raw_tracepoint(scan.fd, b"sock_recv_length")
-            if link < 0:
-                raise OSError(f"cannot attach prop_header_scan to sock_recv_length ({link})")
-            self._links.append(link)
-        else:
-            self.bpf.attach_tracepoint(tp=b"sock:sock_recv_length", fn_name=b"prop_header_scan")
 
     def watch(self, pid: int) -> int:
-        """Tell the kernel the endpoints ``pid`` listens on (a listener older than
-        the agent: the newer ones it sees itself), so that the connections it
-        accepts read options. Returns how many."""
+        """What the kernel cannot see of a process older than the agent: the
+        endpoints it listens on (the connections they accept read options; newer
+        listeners the kernel sees itself), and whether it already calls out (its
+        requests' headers are then read from the first: bpf/propagate.c,
+        USES_CALLS). Returns how many listeners."""
+        ends = procfs.tcp_ends(pid)
         table = self.bpf["prop_listeners"]
-        count = 0
-        for family, address, port in procfs.listening_sockets(pid):
+        for family, address, port in ends.listening:
             key = table.Key()
             key.family = family
             key.port = port
             ctypes.memmove(ctypes.addressof(key.addr), address, len(address))
             table[key] = ctypes.c_uint32(pid)
-            count += 1
-        return count
+        if ends.outgoing:
+            traced = self.bpf["traced_tgids"]
+            try:
+                bits = traced[ctypes.c_uint(pid)].value
+                traced[ctypes.c_uint(pid)] = ctypes.c_ubyte(bits | USES_CALLS)
+            except (KeyError, IndexError):  # a pid past the array: never traced
+                pass
+        return len(ends.listening)
 
     def close(self) -> None:
         links, self._links = self._links, []
