@@ -144,7 +144,7 @@ struct prop_scratch {
     struct prop_tls stash;
     __u32 found_at;
     __u32 found_kind;
-    __u32 pad_;
+    __u32 option_at; /* served_read_begin: where in the read the option's byte is */
     /* a header scan asked of prop_header_scan: by this thread, of this socket's read */
     __u32 scan_tid;
     __u64 scan_sk;
@@ -520,7 +520,6 @@ RAW_TRACEPOINT_PROBE(tcp_sendmsg_locked)
 /* A request read on a server's end: the option that came on its first byte, if any. */
 static __always_inline int served_read_begin(__u64 id, struct sock_io *io, struct conn_val *entry, struct trace_ctx *ctx)
 {
-    int adopted = 0;
 #if PROPAGATION & PROP_TCP
     if (io->protocol == MY_IPPROTO_TCP) {
         __u64 sk = io->sk;
@@ -532,27 +531,58 @@ static __always_inline int served_read_begin(__u64 id, struct sock_io *io, struc
                 __builtin_memcpy(ctx, &rx->ctx, sizeof(*ctx));
                 prop_rx_opts.delete(&sk);
                 count_stat(STAT_CTX_ADOPTED);
-                adopted = 1;
-            } else if (seq_before(rx->seq, start)) {
-                prop_rx_opts.delete(&sk); /* its byte came in an earlier read (pipelined): not placed */
+                entry->prop |= PROP_CARRIED;
+                return PROP_IO_SERVED;
+            }
+            if (seq_before(rx->seq, start)) {
+                prop_rx_opts.delete(&sk); /* its byte came in an earlier read: not placed */
                 count_stat(STAT_CTX_UNPLACED);
             } else if (seq_before(rx->seq, end)) {
-                prop_rx_opts.delete(&sk); /* inside this read, not at its start: which request is unknown */
-                count_stat(STAT_CTX_UNPLACED);
+                /* inside this read, after bytes of earlier writes: placed if those hold no
+                 * request (prop_served_commit looks at them) */
+                __builtin_memcpy(ctx, &rx->ctx, sizeof(*ctx));
+                int zero = 0;
+                struct prop_scratch *scratch = prop_scratches.lookup(&zero);
+                if (scratch)
+                    scratch->option_at = rx->seq - start;
+                prop_rx_opts.delete(&sk);
+                return PROP_IO_MAYBE;
             }
         }
     }
 #endif
-    if (!adopted && (entry->prop & PROP_OPEN))
+    if (entry->prop & PROP_OPEN)
         return 0; /* more of the request that is open */
-    if (!adopted) {
-        if (entry->prop & PROP_CARRIED)
-            count_stat(STAT_CTX_MISSING);
-        fresh_trace(ctx);
-    } else {
-        entry->prop |= PROP_CARRIED;
-    }
+    fresh_trace(ctx);
     return PROP_IO_SERVED;
+}
+
+/* Do the first `before` bytes of a read (data, captured) hold HTTP/2 frames
+ * that open no stream, ending exactly there? Then a request that starts after
+ * them, at the option's byte, is the read's first (the connection preface and
+ * SETTINGS of a new channel, then its first call, read at once). */
+static __always_inline int h2_prefix_opens_nothing(__u8 *data, __u64 captured, __u32 before)
+{
+    if (before > captured || captured < 9)
+        return 0;
+    __u32 off = 0;
+    if (data[0] == 'P' && data[1] == 'R' && data[2] == 'I' && data[3] == ' ')
+        off = 24;
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        if (off == before)
+            return 1;
+        if (off > before || off + 9 > captured)
+            return 0;
+        __u8 f[9] = {};
+        /* a copy: the offset grows with the frames, past what the verifier can bound in place */
+        if (bpf_probe_read_kernel(f, sizeof(f), data + off) != 0)
+            return 0;
+        if (f[0] || f[3] > 9 || (f[3] == 1 && (f[8] & 1)))
+            return 0; /* not a frame header (too big for the default size), or a stream opening */
+        off += 9 + (((__u32)f[1] << 8) | f[2]);
+    }
+    return 0;
 }
 
 /* Every stream I/O of a traced thread on a connection with a side, also when
@@ -733,7 +763,7 @@ static __always_inline int find_traceparent(__u8 *data, __u64 captured, struct t
  * out is not scanned: if it calls out while serving it (its first call), the
  * kernel does not know the trace, and that call carries no context. */
 static __always_inline int prop_served_commit(__u64 id, struct sock_io *io, struct conn_val *entry,
-                                              struct trace_ctx *ctx, __u8 *data, __u64 captured)
+                                              struct trace_ctx *ctx, __u8 *data, __u64 captured, int how)
 {
     __u32 tgid = id >> 32;
     __u32 tid = (__u32)id;
@@ -741,14 +771,28 @@ static __always_inline int prop_served_commit(__u64 id, struct sock_io *io, stru
     struct prop_scratch *scratch = prop_scratches.lookup(&zero);
     if (!scratch)
         return 0;
+    if (how == PROP_IO_MAYBE) {
+        if (data && h2_prefix_opens_nothing(data, captured, scratch->option_at)) {
+            count_stat(STAT_CTX_ADOPTED);
+            entry->prop |= PROP_CARRIED;
+        } else {
+            count_stat(STAT_CTX_UNPLACED); /* which request it was for is unknown */
+            if (entry->prop & PROP_OPEN)
+                return 0;
+            fresh_trace(ctx);
+        }
+    }
+    int http1 = data && captured >= 8 && is_http1_request(data);
+    if (http1 && ctx->origin == CTX_FRESH && (entry->prop & PROP_CARRIED))
+        count_stat(STAT_CTX_MISSING); /* its connection carried contexts before: stripped on the way? */
     __u8 unsure = 0;
-    int scan = 0;
-    if (data && captured >= 8 && is_http1_request(data)) {
+    int done = PROP_HAS_CTX;
+    if (http1) {
         if (process_uses(tgid) & USES_CALLS) {
             scratch->scan_tid = tid;
             scratch->scan_sk = io->sk;
             scratch->scan_len = captured;
-            scan = PROP_SCAN;
+            done |= PROP_SCAN;
         } else {
             unsure = 1;
         }
@@ -775,7 +819,7 @@ static __always_inline int prop_served_commit(__u64 id, struct sock_io *io, stru
         __u64 key = tid | ((__u64)DIR_INGRESS << 32);
         prop_tls.update(&key, &scratch->stash);
     }
-    return scan;
+    return done;
 }
 
 /* Tail-called by the receive tracepoint after the capture (socket.c,

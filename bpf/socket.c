@@ -115,6 +115,7 @@ struct conn_val {
 /* what prop_stream_io has for the record */
 #define PROP_IO_REPORT 1 /* ctx: a client's context, for this write's record */
 #define PROP_IO_SERVED 2 /* ctx: a served request starts here; prop_served_commit once the payload is seen */
+#define PROP_IO_MAYBE 3  /* ctx: an option inside the read; prop_served_commit decides with the payload */
 
 struct tuple {
     __u16 family;
@@ -223,11 +224,12 @@ static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u6
  * stream I/O (also when muted), and when its entry goes. */
 static __always_inline int prop_stream_io(__u64 id, struct sock_io *io, struct conn_val *entry, struct trace_ctx *ctx);
 static __always_inline int prop_served_commit(__u64 id, struct sock_io *io, struct conn_val *entry,
-                                              struct trace_ctx *ctx, __u8 *data, __u64 captured);
+                                              struct trace_ctx *ctx, __u8 *data, __u64 captured, int how);
 static __always_inline void prop_connection_over(__u32 tgid, struct conn_val *entry);
-/* After a receive whose request headers propagate.c wants read: its prop_header_scan,
- * tail-called (verified on its own, and run only then). */
+/* What prop_served_commit did: the receive tracepoint tail-calls prop_header_scan
+ * after it (PROP_SCAN: verified on its own, and run only then); ctx is the record's. */
 #define PROP_SCAN 1
+#define PROP_HAS_CTX 2
 BPF_PROG_ARRAY(prop_after_receive, 1);
 #endif
 
@@ -737,8 +739,8 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
     struct trace_ctx ctx;
     int prop = entry ? prop_stream_io(id, io, entry, &ctx) : 0;
     if (!conn_id) {
-        if (prop == PROP_IO_SERVED)
-            prop_served_commit(id, io, entry, &ctx, 0, 0);
+        if (prop >= PROP_IO_SERVED)
+            prop_served_commit(id, io, entry, &ctx, 0, 0, prop);
         return 0;
     }
     int scan = 0;
@@ -773,11 +775,17 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
     }
     BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
 #if PROPAGATION
-    if (prop == PROP_IO_SERVED)
-        scan = prop_served_commit(id, io, entry, &ctx, rec->data, captured);
+    if (prop >= PROP_IO_SERVED) {
+        int done = prop_served_commit(id, io, entry, &ctx, rec->data, captured, prop);
+        scan = done & PROP_SCAN;
+        if (!(done & PROP_HAS_CTX))
+            prop = 0;
+    }
     if (prop) { /* after the payload: capture.h, DF_TRACE_CTX */
         __builtin_memcpy(&rec->data[captured], &ctx, sizeof(ctx));
         rec->hdr.flags |= DF_TRACE_CTX;
+    } else {
+        extra = 0;
     }
 #endif
     if (submit_stat(rec, sizeof(struct event_hdr) + captured + extra) == 0 && end) {
