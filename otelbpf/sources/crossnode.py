@@ -41,8 +41,10 @@ MODES = {"off": 0, "tcp": PROP_TCP, "headers": PROP_HEADERS, "all": PROP_TCP | P
 #: Only the kernel's own TCP header-option hooks touch the wire, and only on traced
 #: processes' requests; headers need a sockmap (docs/cross-node.md, "Which mode").
 DEFAULT_MODE = "tcp"
-#: OTELBPF_PROPAGATION overrides the default (not an explicit --propagation).
+#: OTELBPF_PROPAGATION overrides the default (not an explicit --propagation); so does
+#: OTELBPF_PROPAGATION_CGROUP for the cgroup (the DaemonSet's doctor init container reads both).
 MODE_ENV = "OTELBPF_PROPAGATION"
+CGROUP_ENV = "OTELBPF_PROPAGATION_CGROUP"
 
 TRACEFS = Path("/sys/kernel/tracing")
 #: The tracepoint a client's request start is taken at: before any byte of the send is queued.
@@ -55,6 +57,15 @@ MIN_KERNEL_PID_IN_SOCK_OPS = (6, 10)
 def default_mode() -> str:
     wanted = os.environ.get(MODE_ENV, "").strip().lower()
     return wanted if wanted in MODES else DEFAULT_MODE
+
+
+def _in_own_cgroup_namespace() -> bool:
+    """Does this process see a cgroup namespace of its own (a container's), other than
+    the host's? (/proc/1 is the host's init in a pod with hostPID.)"""
+    try:
+        return os.readlink("/proc/self/ns/cgroup") != os.readlink("/proc/1/ns/cgroup")
+    except OSError:
+        return False
 
 
 def cgroup2_root(mountinfo: str = "/proc/self/mountinfo") -> str | None:
@@ -161,6 +172,12 @@ def plan(wanted: str, cgroup: str | None = None, btf_path: str = btf.VMLINUX) ->
     if not bits:
         return PropagationPlan(wanted, 0)
     reasons = []
+    cgroup = cgroup or os.environ.get(CGROUP_ENV) or None
+    if cgroup is None and _in_own_cgroup_namespace():
+        return PropagationPlan(wanted, 0, (
+            "this agent sees its container's cgroup namespace, not the node's: mount the node's cgroup v2"
+            " hierarchy and give --propagation-cgroup (the Helm chart does)",
+        ))  # fmt: skip
     root = cgroup or cgroup2_root()
     if root is None or not os.path.isdir(root):
         return PropagationPlan(wanted, 0, (f"no cgroup v2 hierarchy at {cgroup or 'any mount'}: nowhere to attach sock_ops",))
