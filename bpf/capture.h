@@ -212,8 +212,7 @@ enum stat_index {
     STAT_CTX_ADOPTED = 10,  /* requests whose server adopted the context that came with them */
     STAT_CTX_UNPLACED = 11, /* options that came on no request's first byte (pipelined reads): not adopted */
     STAT_CTX_MISSING = 12,  /* requests without one on a connection that carried contexts before (stripped?) */
-    STAT_CTX_HEADERS = 13,  /* traceparent headers added to plaintext HTTP/1 requests */
-    STAT_COUNT = 14,
+    STAT_COUNT = 13,
 };
 
 /* ---- cross-node trace context (bpf/propagate.c, docs/cross-node.md) ----
@@ -237,7 +236,6 @@ enum ctx_rule { /* client: where the kernel took the trace from (otelbpf.associa
 
 enum ctx_carrier { /* client: where the context goes on the wire (bits) */
     CARRIER_TCP_OPTION = 1,
-    CARRIER_HEADER = 2,
 };
 
 struct trace_ctx {

@@ -87,7 +87,7 @@ class WireContext:
         self.origin = origin
         #: client: which rule the kernel took the trace by (0 root, 1 thread, 2 process)
         self.rule = rule
-        #: client: bits of where it went (1 TCP option, 2 header)
+        #: client: bits of where it went (1: the TCP option)
         self.carriers = carriers
 
     @property

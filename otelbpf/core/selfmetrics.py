@@ -47,7 +47,6 @@ DESCRIPTIONS: dict[str, str] = {
     "otelbpf.propagation.contexts.stripped": "requests that came without a context on a connection whose earlier requests carried one (a path that strips it, or a sender that skipped it)",
     "otelbpf.propagation.contexts.no_space": "requests whose TCP option found no room in the header (SACK blocks, MD5) or was refused: not written",
     "otelbpf.propagation.contexts.unplaced": "TCP options that came on no request's first byte (requests pipelined into one read): not adopted",
-    "otelbpf.propagation.contexts.headers": "traceparent headers added to plaintext HTTP/1 requests",
     "otelbpf.propagation.adopted": "server spans made children of another node's client span (TCP option)",
     "otelbpf.propagation.conflicts": "client spans whose context on the wire named another trace than their parent's: a root of that trace, linked to the parent",
     "otelbpf.propagation.unclaimed": "contexts written on the wire for a request no client span took (the other node's span names a parent not exported here)",

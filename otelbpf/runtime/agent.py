@@ -58,7 +58,6 @@ KERNEL_CONTEXT_COUNTERS = {
     "ctx_missing": "otelbpf.propagation.contexts.stripped",
     "ctx_no_space": "otelbpf.propagation.contexts.no_space",
     "ctx_unplaced": "otelbpf.propagation.contexts.unplaced",
-    "ctx_headers": "otelbpf.propagation.contexts.headers",
 }
 
 

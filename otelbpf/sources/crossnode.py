@@ -275,4 +275,23 @@ def checks(wanted: str | None = None) -> list[Check]:
             " the same option kind first makes ours count otelbpf.propagation.contexts.no_space",
             "run one propagating agent per node",
         ))
+    found.append(_sockmap_check())
     return found
+
+
+def _sockmap_check() -> Check:
+    """Programs on sockmaps (Cilium's socket LB and L7 redirection, OBI's header injector): the
+    TCP option needs none and leaves them be; a traceparent header would need one."""
+    try:
+        sockmap = bpfsys.loaded_programs((bpfsys.BPF_PROG_TYPE_SK_MSG, bpfsys.BPF_PROG_TYPE_SK_SKB))
+    except OSError as exc:
+        return Check("sockmap programs", INFO, f"not checked ({exc})")
+    if not sockmap:
+        return Check("sockmap programs", OK, "none loaded on this node")
+    names = ", ".join(sorted({p.name or f"#{p.id}" for p in sockmap}))
+    return Check(
+        "sockmap programs",
+        INFO,
+        f"loaded by another tool (a CNI such as Cilium, or OBI): {names}. The TCP option uses no sockmap and does not"
+        " touch them; this is why the traceparent header, which would need one, is not written",
+    )

@@ -88,8 +88,7 @@ STAT_CTX_READ = 9
 STAT_CTX_ADOPTED = 10
 STAT_CTX_UNPLACED = 11
 STAT_CTX_MISSING = 12
-STAT_CTX_HEADERS = 13
-STAT_COUNT = 14
+STAT_COUNT = 13
 #: The kernel's context counters, by the name EbpfSource.kernel_stats gives them.
 CONTEXT_STATS = {
     "ctx_written": STAT_CTX_WRITTEN,
@@ -98,7 +97,6 @@ CONTEXT_STATS = {
     "ctx_adopted": STAT_CTX_ADOPTED,
     "ctx_unplaced": STAT_CTX_UNPLACED,
     "ctx_missing": STAT_CTX_MISSING,
-    "ctx_headers": STAT_CTX_HEADERS,
 }
 
 #: Offsets in the kernel's struct pt_regs (the saved user registers of a
