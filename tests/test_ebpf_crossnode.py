@@ -93,7 +93,7 @@ class NodeAgents:
             agent.proc.send_signal(signal.SIGINT)
         for agent in self.agents.values():  # both at once: one SIGINT each, then wait
             try:
-                rc = agent.proc.wait(timeout=120)
+                rc = agent.proc.wait(timeout=180)  # detaching waits on the kernel, shared with other tracers
                 agent._reader.join(timeout=5)
             except subprocess.TimeoutExpired:
                 raise AssertionError("the agent did not stop:\n" + agent.output[-5000:]) from None
