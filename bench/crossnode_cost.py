@@ -15,7 +15,8 @@ modes alternate round after round so that the machine's drift hits them alike:
 Parts (``--only``):
 
 * ``requests``: ``wrk -t1 -c1`` (one keep-alive connection: every request a new turn, so
-  every request carries a context) for ``--seconds``: **kernel ns per request** on each
+  every request carries a context) at ``--rate`` requests/s (default 2000, which the agents
+  keep up with) for ``--seconds``: **kernel ns per request** on each
   node (``kernel.bpf_stats_enabled``: every program of the agent, per run, summed, divided by
   the requests) and **agent µs of CPU per request** on each node (utime + stime until caught
   up), off against tcp;
@@ -144,6 +145,23 @@ def start_nginx(node, workdir: Path) -> tuple[int, Path]:
     return port, files
 
 
+def wrk_at_rate(node, url: str, seconds: int, rate: float, workdir: Path) -> int:
+    """``wrk -t1 -c1`` at a fixed rate (bench/wrkbench's rate.lua: Debian's wrk has no -R),
+    so that the agents keep up and their CPU per request is their cost, not a saturated
+    share; the requests sent."""
+    from wrkbench.wrk import LUA_COMMON, LUA_RATE
+
+    script = workdir / "rate.lua"
+    script.write_text(LUA_COMMON.replace("{PATHS}", '{"/"}') + LUA_RATE)
+    script.chmod(0o644)
+    out = node.run(["wrk", "-t1", "-c1", f"-d{seconds}s", "-s", str(script), url, "--", f"{rate:.3f}"],
+                   timeout=seconds + 60)["stdout"]  # fmt: skip
+    line = next((l for l in out.splitlines() if l.startswith("NWB_RESULT ")), None)
+    if line is None:
+        raise RuntimeError(f"wrk said: {out}")
+    return json.loads(line[len("NWB_RESULT ") :])["requests"]
+
+
 def wrk(node, url: str, seconds: int, connections: int) -> float:
     out = node.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", url], timeout=seconds + 60)["stdout"]
     match = re.search(r"(\d+) requests in", out)
@@ -172,7 +190,7 @@ def window(nodes, mode: str, loads: dict) -> dict:
     return results
 
 
-def part_requests(nodes, url: str, seconds: int, workdir: Path) -> dict:
+def part_requests(nodes, url: str, seconds: int, workdir: Path, rate: float = 0) -> dict:
     a, b = nodes.nodes
 
     def load(agents):
@@ -180,13 +198,13 @@ def part_requests(nodes, url: str, seconds: int, workdir: Path) -> dict:
         try:
             before = [bpf_stats.snapshot(x.proc.pid) for x in agents]
             cpu_before = [x.cpu_seconds() for x in agents]
-            requests = wrk(a, url, seconds, 1)
+            requests = wrk_at_rate(a, url, seconds, rate, workdir) if rate else wrk(a, url, seconds, 1)
             wait_idle(agents)
             after = [bpf_stats.snapshot(x.proc.pid) for x in agents]
             cpu_after = [x.cpu_seconds() for x in agents]
         finally:
             bpf_stats.set_stats(was)
-        out = {"requests": requests}
+        out = {"requests": requests, "rate": rate}
         for name, agent_before, agent_after, c0, c1 in zip("ab", before, after, cpu_before, cpu_after):
             result = bpf_stats.delta(agent_before, agent_after, requests)
             out[f"kernel_ns_per_request_{name}"] = result["total_ns"] / requests
@@ -231,6 +249,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=int, default=8, help="length of a wrk window")
     parser.add_argument("--bulk-mb", type=int, default=256)
+    parser.add_argument("--rate", type=float, default=2000,
+                        help="requests/s of the requests part (0: as fast as one connection goes, which"
+                        " saturates the agents on a small machine: their CPU per request is then a share)")
     parser.add_argument("--output")
     args = parser.parse_args()
     parts = args.only.split(",")
@@ -250,7 +271,7 @@ def main() -> int:
             bulk_file.chmod(0o644)
             upload.write_bytes(data)
         loads = {
-            "requests": part_requests(nodes, f"{base}/", args.seconds, workdir),
+            "requests": part_requests(nodes, f"{base}/", args.seconds, workdir, args.rate),
             "nginx": part_nginx(nodes, f"{base}/", args.seconds),
             "bulk": part_bulk(nodes, base, args.bulk_mb, upload),
         }
