@@ -12,6 +12,8 @@
  *   tls.c       TLS plaintext (uprobes on OpenSSL SSL_read/SSL_write[_ex])
  *   profile.c   stack samples for profiles (CPU-clock perf event, sched_switch)
  *   tracectx.c  the thread -> span map other eBPF tools read (traces_ctx_v1)
+ *   propagate.c cross-node trace context: ids fixed at a request's read and
+ *               write, a TCP option on the wire (PROPAGATION only)
  *
  * Design rules (DEVELOPERS.md): tracepoints and uprobes only (no kprobes or
  * fentry on this class of kernels), no kernel struct dereferenced by header
@@ -21,7 +23,8 @@
  *
  * Compile-time parameters (-D): CAPTURE_BYTES (power of two), RINGBUF_PAGES,
  * MAX_IOV, CAPTURE_UNIX, CAPTURE_UDP, CAPTURE_TLS, HAVE_SK_DATA_READY, PID_MAX,
- * REG_* (per-arch saved-register offsets, from ebpf_layout.SYSCALL_REGS).
+ * REG_* (per-arch saved-register offsets, from ebpf_layout.SYSCALL_REGS),
+ * PROPAGATION and TCP_*_SEQ_OFF (struct tcp_sock's offsets, from BTF).
  */
 #include "common.h"
 #include "proc.c"
@@ -32,3 +35,4 @@
 #include "tls.c"
 #include "profile.c"
 #include "tracectx.c"
+#include "propagate.c"

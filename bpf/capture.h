@@ -205,7 +205,47 @@ enum stat_index {
     STAT_CALL_DEPTH = 4,    /* nested probed calls deeper than the per-thread stack */
     STAT_TLS_UNATTRIBUTED = 5, /* TLS plaintext with no connection to attribute it to: dropped */
     STAT_PROFILE_LOST = 6,  /* profile ring full: stack samples dropped */
-    STAT_COUNT = 7,
+    /* cross-node trace context (bpf/propagate.c) */
+    STAT_CTX_WRITTEN = 7,   /* TCP options written on a request's first segment (retransmits too) */
+    STAT_CTX_NO_SPACE = 8,  /* a request's option did not fit (SACK blocks, MD5) or was refused */
+    STAT_CTX_READ = 9,      /* TCP options read from a traced server's segments */
+    STAT_CTX_ADOPTED = 10,  /* requests whose server adopted the context that came with them */
+    STAT_CTX_UNPLACED = 11, /* options that came on no request's first byte (pipelined reads): not adopted */
+    STAT_CTX_MISSING = 12,  /* requests without one on a connection that carried contexts before (stripped?) */
+    STAT_COUNT = 13,
+};
+
+/* ---- cross-node trace context (bpf/propagate.c, docs/cross-node.md) ----
+ * An EV_DATA record flagged DF_TRACE_CTX carries a struct trace_ctx after its
+ * captured_len bytes of payload: the ids the kernel fixed for a request at the
+ * moment it was read (server) or written (client), which user space adopts. */
+#define DF_TRACE_CTX 16
+
+enum ctx_origin {
+    CTX_FRESH = 1,      /* server: no context came with the request: a new trace */
+    CTX_TCP_OPTION = 2, /* server: the TCP option on the request's first segment */
+    CTX_HEADER = 3,     /* server: the request's traceparent header (plaintext HTTP/1) */
+    CTX_CLIENT = 4,     /* client: what this request carries on the wire */
+};
+
+enum ctx_rule { /* client: where the kernel took the trace from (otelbpf.association's names) */
+    CTX_RULE_ROOT = 0,    /* the process served no request: a new trace */
+    CTX_RULE_THREAD = 1,  /* the one request the writing thread read and has not answered */
+    CTX_RULE_PROCESS = 2, /* the one request its process serves (a worker thread's call) */
+};
+
+enum ctx_carrier { /* client: where the context goes on the wire (bits) */
+    CARRIER_TCP_OPTION = 1,
+};
+
+struct trace_ctx {
+    __u8 trace_id[16];
+    __u8 span_id[8]; /* client: its own span's id (the server's parent); server: the parent's, 0 for CTX_FRESH */
+    __u8 flags;      /* W3C trace-flags (bit 0: sampled) */
+    __u8 origin;     /* enum ctx_origin */
+    __u8 rule;       /* enum ctx_rule (client) */
+    __u8 carriers;   /* enum ctx_carrier bits (client) */
+    __u32 pad;
 };
 
 #endif

@@ -7,6 +7,11 @@ struct proc_record {
     struct proc_info info;
 };
 
+#if PROPAGATION
+/* bpf/propagate.c: what a thread or process served goes with it. */
+static __always_inline void prop_task_exit(__u32 tgid, __u32 tid, int group_dead);
+#endif
+
 TRACEPOINT_PROBE(sched, sched_process_fork)
 {
     /* Runs in the parent. A child inherits the parent's reason to be
@@ -77,6 +82,9 @@ TRACEPOINT_PROBE(sched, sched_process_exit)
     if (!is_traced(tgid))
         return 0;
     set_traced(tid, 0);
+#if PROPAGATION
+    prop_task_exit(tgid, tid, args->group_dead);
+#endif
     if (!args->group_dead)
         return 0;
     struct event_hdr *rec = events.ringbuf_reserve(sizeof(struct event_hdr));

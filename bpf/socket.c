@@ -93,12 +93,29 @@ struct conn_val {
     /* bit (1 << source) set by user space: its bodies are wanted (an LLM
      * call's stream), capture its big reads and writes whole (emit_whole) */
     __u8 whole;
+    /* Cross-node trace context (bpf/propagate.c): which end this is and
+     * whether a request read on it is open (PROP_* bits there); the thread
+     * that read that request. */
+    __u8 prop;
+    __u8 prop_pad;
     /* When its TCP socket reached TCP_CLOSE (close sent then), 0 while open.
      * A send or receive already under way when the socket closed (a write
      * whose own segment drew the peer's RST) still lands here, stamped just
      * before the close so user space sees it first. */
     __u64 closed_ts;
+    __u32 reader_tid;
+    __u32 reader_pad;
 };
+
+/* conn_val.prop (bpf/propagate.c) */
+#define PROP_SERVES 1  /* a server's end (accepted; a Unix socket read first) */
+#define PROP_CALLS 2   /* a client's end (connected) */
+#define PROP_OPEN 4    /* a request read on it is not answered yet */
+#define PROP_CARRIED 8 /* a request on it came with a context */
+/* what prop_stream_io has for the record */
+#define PROP_IO_REPORT 1 /* ctx: a client's context, for this write's record */
+#define PROP_IO_SERVED 2 /* ctx: a served request starts here; prop_served_commit once the payload is seen */
+#define PROP_IO_MAYBE 3  /* ctx: an option inside the read; prop_served_commit decides with the payload */
 
 struct tuple {
     __u16 family;
@@ -202,6 +219,19 @@ BPF_PERCPU_ARRAY(woken_sk, struct woken, 1);
 static __always_inline void emit_close(__u32 tgid, __u32 tid, int fd, __u64 conn_id, __u64 ts);
 /* bpf/tls.c: a traced thread's stream I/O, for TLS attribution (also when muted). */
 static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u64 conn_id);
+#if PROPAGATION
+/* bpf/propagate.c: a connection's served request and client context at each
+ * stream I/O (also when muted), and when its entry goes. */
+static __always_inline int prop_stream_io(__u64 id, struct sock_io *io, struct conn_val *entry, struct trace_ctx *ctx);
+static __always_inline int prop_served_commit(__u64 id, struct sock_io *io, struct conn_val *entry,
+                                              struct trace_ctx *ctx, __u8 *data, __u64 captured, int how);
+static __always_inline void prop_connection_over(__u32 tgid, struct conn_val *entry);
+/* What prop_served_commit did: the receive tracepoint tail-calls prop_header_scan
+ * after it (PROP_SCAN: verified on its own, and run only then); ctx is the record's. */
+#define PROP_SCAN 1
+#define PROP_HAS_CTX 2
+BPF_PROG_ARRAY(prop_after_receive, 1);
+#endif
 
 /* The TCP socket sk is done: end the connection it carried, if still ours.
  * The entry stays (marked closed) until the fd is reused or evicted. */
@@ -215,6 +245,9 @@ static __always_inline void end_connection_of(__u64 sk)
     struct conn_val *known = conns.lookup(&key);
     if (!known || known->sk != sk || known->closed_ts)
         return; /* the fd moved on to another socket (its close was sent then) */
+#if PROPAGATION
+    prop_connection_over(key.tgid, known);
+#endif
     __u64 now = bpf_ktime_get_ns();
     known->closed_ts = now;
     if (known->conn_id)
@@ -330,12 +363,11 @@ struct endpoint_key {
 };
 BPF_TABLE("lru_hash", struct endpoint_key, __u8, whole_endpoints, 4096);
 
-/* The whole-capture bits a new connection on socket sk inherits from its
- * server endpoint (0 for one without a tuple: a Unix socket, one older than
- * the agent). */
-static __always_inline __u8 endpoint_whole(__u64 sk)
+/* The whole-capture bits a new connection on a socket whose tuple is t
+ * inherits from its server endpoint (0 for one without a tuple: a Unix
+ * socket, one older than the agent). */
+static __always_inline __u8 endpoint_whole(struct tuple *t)
 {
-    struct tuple *t = sk_tuples.lookup(&sk);
     if (!t)
         return 0;
     struct endpoint_key key = {};
@@ -356,8 +388,10 @@ static __always_inline __u8 endpoint_whole(__u64 sk)
 /* The connection id for (tgid, fd), announcing the connection the first
  * time it carries data; 0 when user space muted it for socket capture.
  * `known`: conns' entry for (tgid, fd), looked up by the caller (or 0).
- * *whole: the connection's whole-capture bits (conn_val.whole). */
-static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, struct conn_val *known, __u8 *whole)
+ * *whole: the connection's whole-capture bits (conn_val.whole); *entry (when
+ * asked): conns' entry of the connection, muted or not. */
+static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, struct conn_val *known, __u8 *whole,
+                                              struct conn_val **entry)
 {
     struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
     __u8 role = ROLE_UNKNOWN;
@@ -380,8 +414,13 @@ static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, stru
             }
             tls_saw_socket_io(id, io, known->conn_id);
             *whole = known->whole;
+            if (entry)
+                *entry = known;
             return (known->muted & (1 << SOURCE_SOCKET)) ? 0 : known->conn_id;
         }
+#if PROPAGATION
+        prop_connection_over(key.tgid, known);
+#endif
         if (known->conn_id && !known->closed_ts) /* fd reused for another socket: the old one is over */
             emit_close(key.tgid, (__u32)id, io->fd, known->conn_id, bpf_ktime_get_ns());
         else
@@ -398,14 +437,30 @@ static __always_inline __u64 connection_known(__u64 id, struct sock_io *io, stru
     fresh.role = role;
     fresh.family = io->family;
     fresh.protocol = io->protocol;
-    if (io->protocol == MY_IPPROTO_TCP)
-        fresh.whole = endpoint_whole(io->sk);
+    if (io->protocol == MY_IPPROTO_TCP) {
+        __u64 sk = io->sk;
+        struct tuple *t = sk_tuples.lookup(&sk);
+        fresh.whole = endpoint_whole(t);
+#if PROPAGATION
+        /* which end: the TCP state machine said (connections older than the agent: neither) */
+        if (t && t->role == ROLE_ACCEPTED)
+            fresh.prop = PROP_SERVES;
+        else if (t && t->role == ROLE_CONNECTED)
+            fresh.prop = PROP_CALLS;
+#endif
+    }
+#if PROPAGATION
+    else if (io->family == MY_AF_UNIX && io->direction == DIR_INGRESS)
+        fresh.prop = PROP_SERVES; /* a Unix stream server reads first */
+#endif
     *whole = fresh.whole;
     conns.update(&key, &fresh);
     if (io->protocol == MY_IPPROTO_TCP)
         sk_owner.update(&io->sk, &key);
     emit_conn_info(id, io, fresh.conn_id, role, EV_CONN_OPEN);
     tls_saw_socket_io(id, io, fresh.conn_id);
+    if (entry)
+        *entry = conns.lookup(&key);
     return fresh.conn_id;
 }
 
@@ -413,7 +468,7 @@ static __always_inline __u64 connection_for(__u64 id, struct sock_io *io)
 {
     struct conn_key key = {.tgid = id >> 32, .fd = io->fd};
     __u8 whole = 0;
-    return connection_known(id, io, conns.lookup(&key), &whole);
+    return connection_known(id, io, conns.lookup(&key), &whole, 0);
 }
 
 /* ---- copying payloads ---- */
@@ -677,16 +732,32 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
     if (io->family != MY_AF_UNIX)
         io->peer_sk = 0; /* a TCP receiver woken on loopback is not a pairing */
     __u8 whole = 0;
-    __u64 conn_id = connection_known(id, io, known, &whole);
+#if PROPAGATION
+    struct conn_val *entry = 0;
+    __u64 conn_id = connection_known(id, io, known, &whole, &entry);
+    /* the served request's bookkeeping and the client's context, muted or not (bpf/propagate.c) */
+    struct trace_ctx ctx;
+    int prop = entry ? prop_stream_io(id, io, entry, &ctx) : 0;
+    if (!conn_id) {
+        if (prop >= PROP_IO_SERVED)
+            prop_served_commit(id, io, entry, &ctx, 0, 0, prop);
+        return 0;
+    }
+    int scan = 0;
+    __u64 extra = prop ? sizeof(struct trace_ctx) : 0;
+#else
+    __u64 conn_id = connection_known(id, io, known, &whole, 0);
     if (!conn_id)
         return 0;
+    __u64 extra = 0;
+#endif
     __u64 wanted = io->total < CAPTURE_BYTES ? io->total : CAPTURE_BYTES;
     /* Marked for whole capture, more than the prefix: the rest follows in
      * pieces (emit_whole, emit_whole_gathered). Unmarked calls pay one test. */
     __u64 end = 0;
     if (io->total > CAPTURE_BYTES && (whole & (1 << SOURCE_SOCKET)) && io->kind <= IO_MSG)
         end = whole_end(io->total, io->kind == IO_BUF ? WHOLE_PIECE_BYTES : WHOLE_GATHER_PIECE_BYTES);
-    if (ring_full_for(sizeof(struct event_hdr) + wanted))
+    if (ring_full_for(sizeof(struct event_hdr) + wanted + extra))
         return 0;
     int zero = 0;
     struct data_record *rec = scratch.lookup(&zero);
@@ -703,13 +774,31 @@ static __always_inline int emit_stream(__u64 id, struct sock_io *io, struct conn
         rec->hdr.total_len = captured;
     }
     BOUND_FOR_VERIFIER(captured, CAPTURE_BYTES);
-    if (submit_stat(rec, sizeof(struct event_hdr) + captured) == 0 && end) {
+#if PROPAGATION
+    if (prop >= PROP_IO_SERVED) {
+        int done = prop_served_commit(id, io, entry, &ctx, rec->data, captured, prop);
+        scan = done & PROP_SCAN;
+        if (!(done & PROP_HAS_CTX))
+            prop = 0;
+    }
+    if (prop) { /* after the payload: capture.h, DF_TRACE_CTX */
+        __builtin_memcpy(&rec->data[captured], &ctx, sizeof(ctx));
+        rec->hdr.flags |= DF_TRACE_CTX;
+    } else {
+        extra = 0;
+    }
+#endif
+    if (submit_stat(rec, sizeof(struct event_hdr) + captured + extra) == 0 && end) {
         if (io->kind == IO_BUF)
             emit_whole(&rec->hdr, io->buf, io->total, end, SOURCE_SOCKET);
         else
             emit_whole_gathered(&rec->hdr, io->total, end);
     }
+#if PROPAGATION
+    return scan; /* PROP_SCAN: the receive tracepoint tail-calls the header scan */
+#else
     return 0;
+#endif
 }
 
 /* Read a user sockaddr_in/in6 into info (family 0 when unreadable). */
@@ -803,6 +892,9 @@ static __always_inline int on_unix_eof(__u64 id)
     struct conn_val *known = conns.lookup(&key);
     if (!known)
         return 0;
+#if PROPAGATION
+    prop_connection_over(key.tgid, known);
+#endif
     if (known->conn_id)
         emit_close(key.tgid, (__u32)id, key.fd, known->conn_id, bpf_ktime_get_ns());
     conns.delete(&key);
@@ -1016,7 +1108,12 @@ static __always_inline int sock_length_raw(struct bpf_raw_tracepoint_args *ctx, 
 
 RAW_TRACEPOINT_PROBE(sock_recv_length)
 {
-    return sock_length_raw(ctx, DIR_INGRESS);
+    int done = sock_length_raw(ctx, DIR_INGRESS);
+#if PROPAGATION
+    if (done == PROP_SCAN)
+        prop_after_receive.call(ctx, 0);
+#endif
+    return 0;
 }
 
 RAW_TRACEPOINT_PROBE(sock_send_length)
@@ -1052,7 +1149,12 @@ int sk_offsets_check(struct bpf_raw_tracepoint_args *ctx)
  * socket call on the host, traced or not. */
 TRACEPOINT_PROBE(sock, sock_recv_length)
 {
-    return on_sock_length((__u64)args->sk, args->family, args->protocol, args->ret, args->flags, DIR_INGRESS);
+    int done = on_sock_length((__u64)args->sk, args->family, args->protocol, args->ret, args->flags, DIR_INGRESS);
+#if PROPAGATION
+    if (done == PROP_SCAN)
+        prop_after_receive.call(args, 0);
+#endif
+    return 0;
 }
 
 TRACEPOINT_PROBE(sock, sock_send_length)

@@ -44,7 +44,10 @@ struct tls_call {
     __u64 conn_id; /* its connection (0: none inside the call) */
     __s32 fd;
     __u8 direction;
-    __u8 pad[3];
+    /* a write whose plaintext starts a request: the socket write it makes
+     * carries its context (bpf/propagate.c) */
+    __u8 starts_request;
+    __u8 pad[2];
 };
 
 struct ssl_key {
@@ -152,6 +155,12 @@ static __always_inline void tls_saw_socket_io(__u64 id, struct sock_io *io, __u6
 }
 
 #if CAPTURE_TLS
+#if PROPAGATION
+/* bpf/propagate.c */
+static __always_inline int prop_tls_write_starts_request(__u64 buf, __u64 len);
+static __always_inline int prop_tls_take(__u32 tid, __u8 direction, __u64 conn_id, struct trace_ctx *ctx);
+#endif
+
 static __always_inline int tls_enter(struct pt_regs *ctx, __u8 direction, int ex)
 {
     __u64 id = bpf_get_current_pid_tgid();
@@ -166,6 +175,11 @@ static __always_inline int tls_enter(struct pt_regs *ctx, __u8 direction, int ex
     call.entry_ts = bpf_ktime_get_ns();
     call.fd = -1;
     call.direction = direction;
+#if PROPAGATION
+    /* only a process that calls out writes requests */
+    if (direction == DIR_EGRESS && (process_uses(id >> 32) & USES_CALLS))
+        call.starts_request = prop_tls_write_starts_request(call.buf, PT_REGS_PARM3(ctx));
+#endif
     tls_calls.update(&tid, &call);
     return 0;
 }
@@ -269,7 +283,14 @@ static __always_inline int tls_return(struct pt_regs *ctx)
             end = whole_end(moved, WHOLE_PIECE_BYTES);
     }
     __u64 captured = moved < CAPTURE_BYTES ? moved : CAPTURE_BYTES;
-    if (!hold && ring_full_for(sizeof(struct event_hdr) + captured))
+    __u64 extra = 0;
+#if PROPAGATION
+    /* the context its socket I/O fixed (bpf/propagate.c): after the payload (capture.h, DF_TRACE_CTX) */
+    struct trace_ctx prop_ctx;
+    if (!hold && prop_tls_take(tid, call.direction, conn_id, &prop_ctx))
+        extra = sizeof(struct trace_ctx);
+#endif
+    if (!hold && ring_full_for(sizeof(struct event_hdr) + captured + extra))
         return 0; /* counted; no copy (common.h) */
     int zero = 0;
     struct data_record *rec = tls_scratch.lookup(&zero);
@@ -298,7 +319,13 @@ static __always_inline int tls_return(struct pt_regs *ctx)
         tls_write_held.update(&tid, rec);
         return 0;
     }
-    if (submit_stat(rec, sizeof(struct event_hdr) + captured) == 0 && end)
+#if PROPAGATION
+    if (extra) {
+        __builtin_memcpy(&rec->data[captured], &prop_ctx, sizeof(prop_ctx));
+        rec->hdr.flags |= DF_TRACE_CTX;
+    }
+#endif
+    if (submit_stat(rec, sizeof(struct event_hdr) + captured + extra) == 0 && end)
         emit_whole(&rec->hdr, call.buf, moved, end, SOURCE_TLS);
     return 0;
 }

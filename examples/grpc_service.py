@@ -14,10 +14,12 @@ once ready. Client: ``python grpc_service.py call --port P [--mode ...]``
 runs calls and prints one line per call ("ok <method> <status>"), so callers
 can compare with the spans. ``--mode all`` runs one call of each kind plus
 an error; ``concurrent`` starts ``--count`` unary calls at once on one channel;
-``loop`` calls Predict back to back for ``--count`` seconds; ``wait`` makes one
+``loop`` calls Predict back to back for ``--count`` seconds; ``sequence`` makes
+``--count`` Predict calls one after the other on the channel; ``wait`` makes one
 call, prints "ready", then runs Predict, StreamTokens, Upload, Predict for each
 line on stdin (a channel opened and used before the agent started).
 ``--gate`` prints "ready" and waits for a line before opening the channel.
+``--host`` (both) is the address to listen on or call (default 127.0.0.1).
 """
 
 from __future__ import annotations
@@ -74,10 +76,14 @@ def handlers() -> grpc.GenericRpcHandler:
     )
 
 
-def serve(port: int, workers: int) -> None:
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def serve(port: int, workers: int, host: str = "127.0.0.1") -> None:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers))
     server.add_generic_rpc_handlers((handlers(),))
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
+    bound = server.add_insecure_port(_address(host, port))
     server.start()
     print(f"listening on {bound}", flush=True)
     server.wait_for_termination()
@@ -111,11 +117,11 @@ class Client:
         return "OK"
 
 
-def run_client(port: int, mode: str, count: float, gate: bool = False) -> None:
+def run_client(port: int, mode: str, count: float, gate: bool = False, host: str = "127.0.0.1") -> None:
     if gate:  # let a tracer attach first: the channel opens after the line
         print("ready", flush=True)
         sys.stdin.readline()
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+    with grpc.insecure_channel(_address(host, port)) as channel:
         client = Client(channel)
         if mode == "all":
             for method in ("Predict", "StreamTokens", "Upload", "Chat"):
@@ -127,6 +133,9 @@ def run_client(port: int, mode: str, count: float, gate: bool = False) -> None:
             for call in future_calls:
                 call.result()
             print(f"ok concurrent {n}", flush=True)
+        elif mode == "sequence":
+            for i in range(int(count)):
+                print(f"ok Predict {client.call('Predict', f'item{i}'.encode())}", flush=True)
         elif mode == "loop":
             deadline = time.monotonic() + count
             calls = 0
@@ -150,17 +159,19 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     serve_cmd = sub.add_parser("serve")
     serve_cmd.add_argument("--port", type=int, default=50051)
+    serve_cmd.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve_cmd.add_argument("--workers", type=int, default=8)
     call_cmd = sub.add_parser("call")
     call_cmd.add_argument("--port", type=int, default=50051)
-    call_cmd.add_argument("--mode", choices=("all", "concurrent", "loop", "wait"), default="all")
+    call_cmd.add_argument("--host", default="127.0.0.1", help="the server's address (default 127.0.0.1)")
+    call_cmd.add_argument("--mode", choices=("all", "concurrent", "loop", "wait", "sequence"), default="all")
     call_cmd.add_argument("--count", type=float, default=20, help="concurrent calls, or loop seconds")
     call_cmd.add_argument("--gate", action="store_true", help='print "ready", wait for a line on stdin, then start')
     args = parser.parse_args()
     if args.command == "serve":
-        serve(args.port, args.workers)
+        serve(args.port, args.workers, args.host)
     else:
-        run_client(args.port, args.mode, args.count, args.gate)
+        run_client(args.port, args.mode, args.count, args.gate, args.host)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ Prints "listening on PORT" once ready, so callers can wait for it.
 
 import argparse
 import json
+import socket
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -58,11 +59,14 @@ class BackendHandler(BaseHTTPRequestHandler):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--port", type=int, default=8081)
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (an IPv6 one: IPv6)")
     parser.add_argument("--delay-ms", type=float, default=5.0)
     args = parser.parse_args()
     BackendHandler.delay_s = args.delay_ms / 1000
-    server = ThreadingHTTPServer((args.host, args.port), BackendHandler)
+    server_class = ThreadingHTTPServer
+    if ":" in args.host:
+        server_class = type("ThreadingHTTPServer6", (ThreadingHTTPServer,), {"address_family": socket.AF_INET6})
+    server = server_class((args.host, args.port), BackendHandler)
     server.daemon_threads = True
     print(f"listening on {server.server_address[1]}", flush=True)
     server.serve_forever()

@@ -32,6 +32,7 @@ cdef class Pipeline:
     cdef bint _batching
     cdef list _finished
     cdef list _reported
+    cdef dict _wired
     cdef public long long last_ts_ns
     cdef dict _handlers
 

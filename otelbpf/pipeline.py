@@ -29,6 +29,7 @@ from otelbpf.core.connections import Connection, ConnectionTable
 from otelbpf.core.events import (
     CallEvent,
     ConnClose,
+    ContextOrigin,
     ConnOpen,
     ConnPeer,
     DataEvent,
@@ -39,7 +40,7 @@ from otelbpf.core.events import (
     ProcessStart,
 )
 from otelbpf.core.identity import SpanStart
-from otelbpf.core.model import SpanKind, SpanRecord
+from otelbpf.core.model import SpanKind, SpanLink, SpanRecord
 from otelbpf.core.selfmetrics import Counters
 from otelbpf.host.resources import ProcessResources
 from otelbpf.registry import Registry, default_registry
@@ -61,6 +62,10 @@ log = logging.getLogger("otelbpf.pipeline")
 _SPAN_KINDS = {kind.value: kind for kind in SpanKind}
 #: DataFlags.PIECE as a plain int: a record of a call captured whole, in pieces.
 _PIECE = 8
+#: DataFlags.TRACE_CTX: the record carried a request's ids (no bearing on truncation).
+_TRACE_CTX = 16
+_CLIENT_KIND = int(SpanKind.CLIENT)
+_CLIENT_CONTEXT = int(ContextOrigin.CLIENT)
 
 _COMPLETE = Outcome.COMPLETE  # read once, not off the enum class per span
 
@@ -140,6 +145,9 @@ class Pipeline:
         self._batching = False
         self._reported: list[tuple[Connection, object, list[SessionEvent]]] = []
         self._finished: list[SpanRecord] = []
+        #: id(exchange) -> the kernel's ids its request took (cross-node propagation): bound in
+        #: the parsing pass, when the exchange starts, taken by the association pass of the batch.
+        self._wired: dict[int, object] = {}
         self.last_ts_ns = 0
         #: Called after each batch with the event clock, and with
         #: ``everything=True`` when the agent stops: work that ends by time
@@ -245,6 +253,8 @@ class Pipeline:
                     self._associate()
             finally:
                 self._batching = False
+                if self._wired:  # bound to exchanges that never started (shed)
+                    self._wired.clear()
                 self._count_spans()
                 self._deliver()
         for tick in self.tick_hooks:
@@ -258,7 +268,7 @@ class Pipeline:
                 self.counters.add(name, amount, label=label)
 
     def _on_data(self, event: DataEvent) -> None:
-        flags = event.flags
+        flags = event.flags & ~_TRACE_CTX
         if event.total_len > len(event.data) and (flags == 0 or flags == _PIECE):
             self._truncated += 1
         self.table.data(event)
@@ -353,6 +363,8 @@ class Pipeline:
     def _on_session_events(self, conn: Connection, event, out: list[SessionEvent]) -> None:
         """What a connection's session reported: inside handle(), kept for the batch's
         association pass (handle's step 2); outside (finish, an idle tick), at once."""
+        if conn.wire_ctx is not None:
+            self._bind_wire(conn, out)
         if self._batching:
             reported = self._reported
             reported.append((conn, event, out))
@@ -360,6 +372,21 @@ class Pipeline:
                 self._associate()
             return
         self._session_events(conn, event, out)
+
+    def _bind_wire(self, conn: Connection, out: list[SessionEvent]) -> None:
+        """The kernel's ids for a request (``conn.wire_ctx``) go to the first exchange that
+        starts in the event that had them or after it, on that side: a CLIENT exchange
+        for a client's ids, a SERVER one for a server's. Bound now, in the parsing pass,
+        while ``conn.wire_ctx`` is still this event's; used when the exchange starts."""
+        context = conn.wire_ctx
+        client = context.origin == _CLIENT_CONTEXT
+        for item in out:
+            if type(item) is ExchangeStarted:
+                exchange = item.exchange
+                if exchange.start_ns >= conn.wire_ctx_ns and (exchange.kind == _CLIENT_KIND) == client:
+                    self._wired[id(exchange)] = context
+                    conn.wire_ctx = None
+                    return
 
     def _associate(self) -> None:
         """Handle's step 2: what the sessions reported, in the order they reported it."""
@@ -397,7 +424,8 @@ class Pipeline:
             tid, ts, task_id = event.tid, event.ts_ns, event.task_id
         else:
             tid, ts, task_id = conn.pid, exchange.start_ns, 0
-        start = self.linker.start(conn, exchange, _SPAN_KINDS[exchange.kind], conn.pid, tid, ts, task_id)
+        wire = self._wired.pop(key, None) if self._wired else None
+        start = self.linker.start(conn, exchange, _SPAN_KINDS[exchange.kind], conn.pid, tid, ts, task_id, wire)
         self._open[key] = start
         conn.exchanges[key] = exchange
 
@@ -444,6 +472,8 @@ class Pipeline:
             self.counters.add("otelbpf.exchanges.incomplete", label=outcome.value)
         span = self._build(start, exchange, conn)
         if span is not None:
+            if start.links and not span.links:  # e.g. a CLIENT span whose wire context disagreed with its parent
+                span.links = [SpanLink(linked.trace_id, linked.span_id) for linked in start.links]
             self._spans_built += 1
             self._emit(hold_or_release(span, start))
         self._release(settled)

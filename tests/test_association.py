@@ -407,3 +407,102 @@ def test_a_task_sample_goes_to_the_request_its_task_read_or_waits_for_the_answer
     links.answer_observers.append(Observer())
     links.end(second, 300, task_id=0xB)
     assert answers == [(second, 300, 0xB)]
+
+
+# -- across nodes: the ids the kernel fixed for a request (docs/cross-node.md) -------------------
+
+from otelbpf.core.events import ContextOrigin, WireContext  # noqa: E402 - this section's own imports
+
+UPSTREAM_TRACE, UPSTREAM_SPAN = bytes(range(1, 17)), bytes(range(40, 48))
+
+
+def option(trace_id: bytes = UPSTREAM_TRACE, span_id: bytes = UPSTREAM_SPAN) -> WireContext:
+    """A server's read that came with another node's TCP option."""
+    return WireContext(trace_id, span_id, 1, ContextOrigin.TCP_OPTION)
+
+
+def fresh(trace_id: bytes = bytes(range(100, 116))) -> WireContext:
+    """A server's read with no context: the trace the kernel chose for it."""
+    return WireContext(trace_id, bytes(8), 1, ContextOrigin.FRESH)
+
+
+def sent(trace_id: bytes, span_id: bytes = bytes(range(60, 68)), rule: int = 1) -> WireContext:
+    """A client's write: the ids it carried on the wire."""
+    return WireContext(trace_id, span_id, 1, ContextOrigin.CLIENT, rule, 1)
+
+
+def test_a_server_span_whose_request_came_with_an_option_is_the_upstream_client_spans_child():
+    link = linker()
+    server = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=100, wire=option())
+    assert (server.trace_id, server.parent_span_id) == (UPSTREAM_TRACE, UPSTREAM_SPAN)
+    assert server.association == "tcp_option"
+    assert link.counters.get("otelbpf.propagation.adopted") == 1
+
+
+def test_a_header_and_a_same_host_client_still_win_over_the_option():
+    link = linker()
+    headed = link.start(INBOUND, Exchange([TRACEPARENT]), SERVER, pid=1, tid=11, ts_ns=100, wire=option())
+    assert headed.trace_id.hex() == "4bf92f3577b34da6a3ce929d0e0e4736" and headed.association == "propagated"
+    client = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=3, tid=31, ts_ns=200)
+    paired = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=210, wire=option())
+    assert paired.parent_span_id == client.span_id and paired.association == "connection"
+
+
+def test_a_server_span_with_no_context_on_the_wire_takes_the_trace_the_kernel_chose():
+    link = linker()
+    server = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100, wire=fresh())
+    assert server.trace_id == bytes(range(100, 116)) and server.parent_span_id == b""
+
+
+def test_a_client_span_takes_the_wire_ids_under_the_request_its_thread_serves():
+    link = linker()
+    server = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100, wire=fresh())
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=110, wire=sent(server.trace_id))
+    assert call.span_id == bytes(range(60, 68)) and call.parent_span_id == server.span_id
+    assert call.trace_id == server.trace_id and call.association == "thread"
+    assert server.group.root().wired
+
+
+def test_a_client_span_whose_wire_trace_is_not_its_parents_is_a_root_of_it_linked_to_the_parent():
+    """The kernel took another trace than the linker's parent (it could not see the request):
+    the other node names the wire's ids, so the span keeps them, with a span link."""
+    link = linker()
+    server = link.start(INBOUND, Exchange([TRACEPARENT]), SERVER, pid=1, tid=11, ts_ns=100)
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=110, wire=sent(bytes(range(200, 216))))
+    assert call.trace_id == bytes(range(200, 216)) and call.span_id == bytes(range(60, 68))
+    assert call.parent_span_id == b"" and call.association == "conflict" and call.links == [server]
+    assert link.counters.get("otelbpf.propagation.conflicts") == 1
+
+
+def test_a_root_client_span_takes_the_wire_ids():
+    link = linker()
+    call = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=5, tid=51, ts_ns=110, wire=sent(bytes(range(200, 216)), rule=0))
+    assert (call.trace_id, call.span_id, call.parent_span_id) == (bytes(range(200, 216)), bytes(range(60, 68)), b"")
+
+
+def test_an_asyncio_call_on_the_wire_joins_its_request_only_in_the_wire_trace():
+    link = linker()
+    server = link.start(INBOUND, NO_HEADERS, SERVER, pid=1, tid=11, ts_ns=100, task_id=7, wire=fresh())
+    same = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=110, task_id=7, wire=sent(server.trace_id))
+    other_trace = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=1, tid=11, ts_ns=120, task_id=7,
+                             wire=sent(bytes(range(200, 216)), span_id=bytes(range(70, 78))))  # fmt: skip
+    held_span = span_for(other_trace)
+    assert hold_or_release(held_span, other_trace) == []
+    link.end(same, 130)
+    link.end(other_trace, 140)
+    link.end(server, 150, task_id=7)  # the task answers: its calls are decided
+    assert same.parent_span_id == server.span_id and same.association == "task"
+    assert other_trace.parent_span_id == b"" and other_trace.association == "conflict"
+    assert other_trace.trace_id == bytes(range(200, 216))  # it kept the trace the other node names
+    assert [(l.trace_id, l.span_id) for l in held_span.links] == [(server.trace_id, server.span_id)]
+
+
+def test_a_server_span_whose_trace_went_on_the_wire_is_not_moved_by_a_late_client():
+    link = linker()
+    server = link.start(BACKEND_SIDE, NO_HEADERS, SERVER, pid=2, tid=21, ts_ns=100, wire=fresh())
+    link.start(Conn("10.0.0.2", 50001, "10.0.0.3", 9000), NO_HEADERS, CLIENT, pid=2, tid=21, ts_ns=105,
+               wire=sent(server.trace_id))  # fmt: skip
+    late = link.start(OUTBOUND, NO_HEADERS, CLIENT, pid=3, tid=31, ts_ns=110)  # its same-host client, stamped late
+    assert server.parent_span_id == b"" and server.trace_id == bytes(range(100, 116))
+    assert late.trace_id != server.trace_id
+    assert link.counters.get("otelbpf.propagation.conflicts") == 1

@@ -129,6 +129,8 @@ def test_chart_values_match_their_schema():
         {"securityMode": "root"},
         {"capabilities": ["SYS_EVERYTHING"]},
         {"healthPort": 0},
+        {"propagation": {"mode": "ip"}},  # OBI's IP options: removed there, never here
+        {"propagation": {"mode": "tcp", "cgroupPath": "sys/fs/cgroup"}},
         {"replicas": 2},  # unknown key: a typo is an error, not ignored
     ],
 )
@@ -252,6 +254,8 @@ CORE_KINDS = {"ConfigMap", "DaemonSet", "ServiceAccount", "Service", "Pod"}
 
 RENDER_CASES = {
     "defaults": {},
+    "propagation off": {"propagation": {"mode": "off"}},
+    "propagation on a hybrid host": {"propagation": {"mode": "all", "cgroupPath": "/sys/fs/cgroup/unified"}},
     "capabilities": {"securityMode": "capabilities"},
     "metrics and ServiceMonitor": {"metrics": {"enabled": True, "serviceMonitor": {"enabled": True}}},
 }
@@ -274,6 +278,18 @@ def test_the_chart_renders_to_valid_manifests(case):
         assert not security.get("privileged") and "BPF" in security["capabilities"]["add"]
     else:
         assert security["privileged"] is True
+    pod = daemonset["spec"]["template"]["spec"]
+    args = build_parser().parse_args(agent["args"])
+    host_cgroup = [v for v in pod["volumes"] if v["name"] == "host-cgroup"]
+    mode = (RENDER_CASES[case].get("propagation") or {}).get("mode", "tcp")
+    assert args.propagation == mode
+    if mode == "off":  # nothing of the node's cgroups is mounted
+        assert not host_cgroup and args.propagation_cgroup is None
+    else:  # the sock_ops program goes on the node's cgroup v2 hierarchy, mounted read-only
+        path = (RENDER_CASES[case].get("propagation") or {}).get("cgroupPath", "/sys/fs/cgroup")
+        assert host_cgroup == [{"name": "host-cgroup", "hostPath": {"path": path}}]
+        mount = next(m for m in agent["volumeMounts"] if m["name"] == "host-cgroup")
+        assert mount == {"name": "host-cgroup", "mountPath": args.propagation_cgroup, "readOnly": True}
 
 
 def test_the_plain_daemonset_is_the_charts_default_rendering():

@@ -50,9 +50,16 @@ int main(void) {
     printf("call_info %zu\n", sizeof(struct call_info));
     F(call_info, probe_id); F(call_info, call_flags); F(call_info, end_ns); F(call_info, args); F(call_info, ret);
     F(call_info, launches); F(call_info, first_launch_ns); F(call_info, out0); F(call_info, launch_ns);
+    printf("trace_ctx %zu\n", sizeof(struct trace_ctx));
+    F(trace_ctx, trace_id); F(trace_ctx, span_id); F(trace_ctx, flags); F(trace_ctx, origin); F(trace_ctx, rule);
+    F(trace_ctx, carriers); F(trace_ctx, pad);
 #define C(name) printf(#name " %d\n", (int)(name))
     C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
     C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_PROFILE_LOST); C(STAT_COUNT);
+    C(STAT_CTX_WRITTEN); C(STAT_CTX_NO_SPACE); C(STAT_CTX_READ); C(STAT_CTX_ADOPTED); C(STAT_CTX_UNPLACED);
+    C(STAT_CTX_MISSING); C(DF_TRACE_CTX);
+    C(CTX_FRESH); C(CTX_TCP_OPTION); C(CTX_HEADER); C(CTX_CLIENT); C(CTX_RULE_ROOT); C(CTX_RULE_THREAD);
+    C(CTX_RULE_PROCESS); C(CARRIER_TCP_OPTION);
     C(SOURCE_SOCKET); C(SOURCE_TLS); C(DF_SENDFILE); C(DF_IOV_TRUNCATED); C(DF_MMSG_UNKNOWN);
     C(DF_PIECE); C(WHOLE_CAPTURE_BYTES); C(WHOLE_PIECE_BYTES); C(WHOLE_GATHER_PIECE_BYTES);
     printf("profile_info %zu\n", sizeof(struct profile_info));
@@ -130,6 +137,34 @@ def test_datagram_proc_and_call_records_match_c(c_layout):
     assert [c_layout[f"call_info.{f}"] for f in fields] == [
         (0, 4), (4, 4), (8, 8), (16, 48), (64, 8), (72, 8), (80, 8), (88, 8), (96, 8),
     ]  # fmt: skip
+
+
+def test_trace_context_matches_c(c_layout):
+    """The ids an EV_DATA record carries after its payload (DF_TRACE_CTX, bpf/propagate.c)."""
+    from otelbpf.core.events import ContextOrigin, DataFlags
+
+    assert c_layout["trace_ctx"] == (layout.TRACE_CTX.size,)
+    fields = ["trace_id", "span_id", "flags", "origin", "rule", "carriers", "pad"]
+    assert [c_layout[f"trace_ctx.{f}"] for f in fields] == _offsets_of(layout.TRACE_CTX.format)
+    assert c_layout["DF_TRACE_CTX"] == (layout.DF_TRACE_CTX,) == (DataFlags.TRACE_CTX,)
+    for origin in ContextOrigin:
+        assert c_layout[f"CTX_{origin.name}"] == (origin.value,), origin
+    for name, index in layout.CONTEXT_STATS.items():
+        assert c_layout[f"STAT_{name.upper()}"] == (index,), name
+
+
+def test_a_record_with_a_trace_context_decodes_to_its_event():
+    """The plain decoder (and, tests/test_compiled.py, the compiled one): the context after the payload."""
+    payload = b"GET / HTTP/1.1\r\n\r\n"
+    context = layout.TRACE_CTX.pack(bytes(range(16)), bytes(range(16, 24)), 1, 4, 1, 1, 0)
+    header = layout.HEADER.pack(5, 9, 100, 101, 3, layout.EV_DATA, 1, layout.DF_TRACE_CTX, 0, len(payload), len(payload), 0)
+    [event] = layout.RecordDecoder().decode([header + payload + context])
+    assert event.data == payload
+    assert (event.trace_ctx.trace_id, event.trace_ctx.span_id) == (bytes(range(16)), bytes(range(16, 24)))
+    assert (event.trace_ctx.flags, event.trace_ctx.origin, event.trace_ctx.rule, event.trace_ctx.carriers) == (1, 4, 1, 1)
+    cut = layout.RecordDecoder()
+    [short] = cut.decode([header + payload + context[:10]])  # a context cut short: counted, not decoded
+    assert short.trace_ctx is None and cut.malformed == 1
 
 
 def test_constants_match_c(c_layout):

@@ -22,6 +22,7 @@ from otelbpf import bundled
 from otelbpf.host import procfs
 from otelbpf.host.checks import FAIL, INFO, OK, WARN, Check, effective_capabilities
 from otelbpf.profiles import checks as profiles_checks
+from otelbpf.sources import crossnode
 from otelbpf.sources.ebpf_layout import regs_cflags
 from otelbpf.sources.ebpf_program import (
     BPF_DIR,
@@ -532,6 +533,7 @@ def run_checks() -> list[Check]:
         checks += check_tls()
         checks += check_gpu()
         checks += profiles_checks.run_checks()
+        checks += crossnode.checks()
     checks += [check_ringbuf(), check_bcc(), check_bpf_sources(), check_kernel_headers(), check_fast_path()]
     checks += [check_process_identity(), check_dds_shared_memory()]
     return checks

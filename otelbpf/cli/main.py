@@ -134,6 +134,27 @@ def _add_profile_options(p: argparse.ArgumentParser, kinds=PROFILE_KINDS) -> Non
     )
 
 
+def _add_propagation_options(p: argparse.ArgumentParser) -> None:
+    from otelbpf.sources.crossnode import MODES, default_mode
+
+    prop = p.add_argument_group("cross-node traces (docs/cross-node.md)")
+    prop.add_argument(
+        "--propagation",
+        choices=list(MODES),
+        default=default_mode(),
+        help="put each traced request's trace context on the wire, in OBI's formats, so that the agent on the "
+        "other node joins its trace: tcp (default; a TCP option on the request's first segment, any TCP: TLS and "
+        "HTTP/2 included), headers (a traceparent header in plaintext HTTP/1 requests that carry none), all, or "
+        "off (nothing written). `otelbpf doctor` says what works on this node",
+    )
+    prop.add_argument(
+        "--propagation-cgroup",
+        metavar="PATH",
+        help="the cgroup (v2) whose sockets the propagation's sock_ops program sees (default: the root, every "
+        "process of the host; traced processes only are ever touched)",
+    )
+
+
 def _add_exclusion_options(p: argparse.ArgumentParser) -> None:
     exc = p.add_argument_group(
         "never traced (default: the agent, otelcol* and the OTLP endpoint's traffic; see docs/kubernetes.md)"
@@ -200,6 +221,7 @@ def build_parser(profile_kinds=PROFILE_KINDS) -> argparse.ArgumentParser:
         help="also capture UDP datagrams (DDS/RTPS); needs per-syscall tracepoints, which tax every syscall on the host",
     )
     run.add_argument("--no-unix-sockets", action="store_true", help="trace TCP only, not Unix domain sockets")
+    _add_propagation_options(run)
     run.add_argument(
         "--no-python-tasks",
         action="store_true",
@@ -390,6 +412,8 @@ def cmd_run(args) -> int:
         exclude_comms=exclusions.comms,
         exclude_pids=exclusions.pids,
         profiles=outputs.profile_config(args),
+        propagation=args.propagation,
+        propagation_cgroup=args.propagation_cgroup,
     )
     try:
         config.validate()

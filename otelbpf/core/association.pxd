@@ -34,15 +34,15 @@ cdef class Linker:
     cdef public list answer_observers
 
     @cy.locals(start=SpanStart)
-    cpdef SpanStart start(self, Connection conn, exchange, kind, pid, tid, ts_ns, task_id=*)
+    cpdef SpanStart start(self, Connection conn, exchange, kind, pid, tid, ts_ns, task_id=*, wire=*)
     @staticmethod
     cdef object _pair(Connection conn, exchange, kind)
     @cy.locals(start=SpanStart)
     cpdef SpanStart start_call(self, pid, tid, ts_ns, task_id=*, off_request=*)
     @cy.locals(client=SpanStart)
-    cdef SpanStart _server_start(self, pair, kind, pid, tid)
+    cdef SpanStart _server_start(self, pair, kind, pid, tid, wire=*)
     @cy.locals(parent=SpanStart, start=SpanStart)
-    cdef SpanStart _client_start(self, kind, pid, tid, task_id, off_request=*)
+    cdef SpanStart _client_start(self, kind, pid, tid, task_id, off_request=*, wire=*)
     @cy.locals(state=_ProcessState)
     cdef void _open_window(self, SpanStart start) except *
     @cy.locals(state=_ProcessState)

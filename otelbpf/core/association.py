@@ -37,6 +37,24 @@ their parent ends can point at it. The rules, in order of precedence
    out while no request was open are background threads and never linked
    this way.
 
+Across nodes (docs/cross-node.md), the kernel fixes a request's ids when it
+is read or written (bpf/propagate.c) and its data event carries them
+(``wire``, a :class:`~otelbpf.core.events.WireContext`):
+
+* a SERVER span whose request came with the upstream agent's TCP option is
+  its child (``tcp_option``: the trace, and the parent span, of the other
+  node), after a propagated header and a same-host client; with no context
+  on the wire it still takes the trace id the kernel chose for it, which
+  the kernel puts on the calls it makes while serving it;
+* a CLIENT span whose request carried a context takes its span id and trace:
+  the other node's SERVER span names them. Its parent is found by the rules
+  above as ever, and the kernel, which mirrors the thread and process rules,
+  agrees; where it does not (an asyncio task decided later, a request it
+  could not see), the span keeps the wire's ids as a root of that trace,
+  with a span link to the parent the rules found (``conflict``, counted in
+  ``otelbpf.propagation.conflicts``). A trace whose id went on the wire
+  (``TraceGroup.wired``) never moves into another.
+
 Library calls (``start_call``) may be placed by their family instead of the
 process rule or a root when their thread serves no request: GPU calls go to
 the thread's engine step, a span linked to every request in flight
@@ -54,8 +72,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from otelbpf.core.events import ContextOrigin
 from otelbpf.core.identity import SpanStart, TraceGroup
-from otelbpf.core.model import SpanKind, SpanRecord, new_span_id, new_trace_id
+from otelbpf.core.model import SpanKind, SpanLink, SpanRecord, new_span_id, new_trace_id
 from otelbpf.core.propagation import extract_parent
 from otelbpf.core.selfmetrics import Counters
 
@@ -66,6 +85,9 @@ THREAD = "thread"
 PROCESS = "process"
 MESSAGE = "message"
 AMBIGUOUS = "ambiguous"
+TCP_OPTION = "tcp_option"
+CONFLICT = "conflict"
+_FROM_OPTION = int(ContextOrigin.TCP_OPTION)
 
 MAX_BACKGROUND_THREADS = 4096
 MAX_PENDING_CLIENTS = 65536
@@ -176,9 +198,12 @@ class Linker:
 
     # -- starts -----------------------------------------------------------------
 
-    def start(self, conn, exchange, kind: SpanKind, pid: int, tid: int, ts_ns: int, task_id: int = 0) -> SpanStart:
+    def start(
+        self, conn, exchange, kind: SpanKind, pid: int, tid: int, ts_ns: int, task_id: int = 0, wire=None
+    ) -> SpanStart:
         """Identity and parent of the span of ``exchange`` (an ``Exchange`` of
-        protocols/base.py), which started at ``ts_ns`` on ``conn``."""
+        protocols/base.py), which started at ``ts_ns`` on ``conn``; ``wire``: the
+        ids the kernel fixed for its request (a WireContext), or None."""
         remote = extract_parent(exchange.carrier())
         message = exchange.message_key
         pair = Linker._pair(conn, exchange, kind) if message is None else None
@@ -186,13 +211,15 @@ class Linker:
         if message is not None and receiving and remote is None:
             start = self._receive_message(message, exchange.sole_reader, kind, pid, tid)
         elif remote is not None:
-            start = SpanStart(TraceGroup(remote.trace_id, remote.trace_state), new_span_id(), remote.span_id, kind, pid, tid, PROPAGATED)
+            # a client's own header wins; the span keeps the id the kernel put on the wire, if any
+            span_id = wire.span_id if wire is not None and not receiving else new_span_id()
+            start = SpanStart(TraceGroup(remote.trace_id, remote.trace_state), span_id, remote.span_id, kind, pid, tid, PROPAGATED)
             if receiving:
                 self._claim_client(pair)  # consume the pair so it cannot match a later request
         elif receiving:
-            start = self._server_start(pair, kind, pid, tid)
+            start = self._server_start(pair, kind, pid, tid, wire)
         else:
-            start = self._client_start(kind, pid, tid, task_id)
+            start = self._client_start(kind, pid, tid, task_id, None, wire)
         start.start_ns = ts_ns
         start.task_id = task_id
         if receiving:
@@ -226,11 +253,17 @@ class Linker:
             return key
         return (key, correlation)
 
-    def _server_start(self, pair: tuple | None, kind: SpanKind, pid: int, tid: int) -> SpanStart:
+    def _server_start(self, pair: tuple | None, kind: SpanKind, pid: int, tid: int, wire=None) -> SpanStart:
         client = self._claim_client(pair)
         if client is not None:
             return SpanStart(client.group, new_span_id(), client.span_id, kind, pid, tid, CONNECTION)
-        start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+        if wire is None:
+            start = SpanStart(TraceGroup(new_trace_id()), new_span_id(), b"", kind, pid, tid)
+        elif wire.origin == _FROM_OPTION:  # the upstream node's CLIENT span is the parent
+            start = SpanStart(TraceGroup(wire.trace_id), new_span_id(), wire.span_id, kind, pid, tid, TCP_OPTION)
+            self.counters.add("otelbpf.propagation.adopted")
+        else:  # the trace the kernel chose: its calls downstream carry it
+            start = SpanStart(TraceGroup(wire.trace_id), new_span_id(), b"", kind, pid, tid)
         if pair is not None:
             orphans = self._orphan_servers
             if len(orphans) >= MAX_PENDING_CLIENTS:
@@ -252,6 +285,9 @@ class Linker:
         del self._orphan_servers[key]
         server.awaits_client = None
         if not self._is_open(server):
+            return False
+        if not server.group.can_join(client.group):  # its trace went on the wire with a call: it stays
+            self.counters.add("otelbpf.propagation.conflicts")
             return False
         server.parent_span_id = client.span_id
         server.association = CONNECTION
@@ -321,14 +357,19 @@ class Linker:
         nothing of its trace has left yet): its trace, with the spans already
         placed under it, joins the sender's, as a late client's server does
         (``_adopt_orphan``)."""
+        if not reader.group.can_join(sender.group):
+            self.counters.add("otelbpf.propagation.conflicts")
+            return
         reader.parent_span_id = sender.span_id
         reader.group.merge_into(sender.group)
         self.counters.add("otelbpf.association.messages_parented_late")
 
-    def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int, off_request=None) -> SpanStart:
+    def _client_start(self, kind: SpanKind, pid: int, tid: int, task_id: int, off_request=None, wire=None) -> SpanStart:
         if task_id and self._task_decisions < MAX_TASK_DECISIONS:
-            return self._task_call(kind, pid, tid)
+            return self._task_call(kind, pid, tid, wire)
         parent, how = self._in_process_parent(pid, tid)
+        if wire is not None:
+            return self._wired_client(parent, how, kind, pid, tid, wire)
         if off_request is not None and how != THREAD:
             placed = off_request()
             if placed is not None:
@@ -341,11 +382,32 @@ class Linker:
             self.counters.add("otelbpf.association.ambiguous")
         return start
 
-    def _task_call(self, kind: SpanKind, pid: int, tid: int) -> SpanStart:
-        """A call from an asyncio task: its parent is decided when the task answers."""
-        group = TraceGroup(new_trace_id())
+    def _wired_client(self, parent: SpanStart | None, how: str, kind: SpanKind, pid: int, tid: int, wire) -> SpanStart:
+        """A CLIENT span whose request carried the kernel's context: the wire's ids,
+        under ``parent`` when it is in the wire's trace (the kernel took the same
+        request by the same rule), else a root of that trace linked to it."""
+        if parent is not None and parent.group.trace_id == wire.trace_id:
+            parent.group.root().wired = True
+            return SpanStart(parent.group, wire.span_id, parent.span_id, kind, pid, tid, how)
+        group = TraceGroup(wire.trace_id)
+        group.wired = True
+        start = SpanStart(group, wire.span_id, b"", kind, pid, tid)
+        if parent is not None:
+            start.association = CONFLICT
+            start.links = [parent]
+            self.counters.add("otelbpf.propagation.conflicts")
+        elif how == AMBIGUOUS:
+            start.association = AMBIGUOUS
+            self.counters.add("otelbpf.association.ambiguous")
+        return start
+
+    def _task_call(self, kind: SpanKind, pid: int, tid: int, wire=None) -> SpanStart:
+        """A call from an asyncio task: its parent is decided when the task answers.
+        With the kernel's context (``wire``) its ids are the wire's from the start."""
+        group = TraceGroup(new_trace_id() if wire is None else wire.trace_id)
         group.pending = 1
-        start = SpanStart(group, new_span_id(), b"", kind, pid, tid)
+        group.wired = wire is not None
+        start = SpanStart(group, new_span_id() if wire is None else wire.span_id, b"", kind, pid, tid)
         self._state(pid).task_calls.append(start)
         self._task_call_done[id(start)] = 0
         self._task_decisions += 1
@@ -484,7 +546,15 @@ class Linker:
         """Make a task call's pending decision: link it under ``parent`` or leave it a root."""
         self._task_decisions -= 1
         self._task_call_done.pop(id(call), None)
-        if parent is not None:
+        if parent is not None and not call.group.can_join(parent.group):
+            # its ids went on the wire in another trace than its request's: a root of its own, linked
+            call.association = CONFLICT
+            call.links = [parent]
+            self.counters.add("otelbpf.propagation.conflicts")
+            root = call.group.root()
+            if call.span is not None:  # already finished and held
+                call.span.links.append(SpanLink(parent.trace_id, parent.span_id))
+        elif parent is not None:
             call.parent_span_id = parent.span_id
             call.association = TASK
             root = call.group.merge_into(parent.group)

@@ -34,6 +34,9 @@ cdef class Connection:
     cdef public object shed
     cdef public object wants_bodies
     cdef public object missing_bytes
+    cdef public object wire_ctx
+    cdef public object wire_ctx_ns
+    cdef public object wire_ctx_dir
     cdef public list _probe_events
     cdef public object _parse_errors_seen
 

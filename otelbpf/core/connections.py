@@ -23,11 +23,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Callable, Iterable
 
-from otelbpf.core.events import ConnOpen, DataEvent, DataFlags, DatagramEvent, RoleHint, Source
+from otelbpf.core.events import ConnOpen, ContextOrigin, DataEvent, DataFlags, DatagramEvent, RoleHint, Source
 from otelbpf.core.selfmetrics import Counters
 from protocols.base import Detector, Direction, Outcome, Session, SessionEvent, Transport
 
 _SENDFILE = int(DataFlags.SENDFILE)
+_CLIENT_CONTEXT = int(ContextOrigin.CLIENT)
 #: Stream entries are keyed by ``conn_id * _SOURCES + source`` (an int: cheap to hash).
 _SOURCES = 4
 
@@ -63,6 +64,9 @@ class Connection:
         "shed",
         "wants_bodies",
         "missing_bytes",
+        "wire_ctx",
+        "wire_ctx_ns",
+        "wire_ctx_dir",
         "_probe_events",
         "_parse_errors_seen",
     )
@@ -102,6 +106,12 @@ class Connection:
         self.wants_bodies = False
         #: Bytes its calls moved that the capture cut off (past the prefix or the whole-capture bound).
         self.missing_bytes = 0
+        #: The kernel's ids for the request whose read or write is the latest data event that had
+        #: them (DataEvent.trace_ctx), until an exchange starting at or after that event takes them
+        #: (the pipeline); its time and direction. Dropped by a data event the other way.
+        self.wire_ctx = None
+        self.wire_ctx_ns = 0
+        self.wire_ctx_dir = Direction.INGRESS
         self._probe_events: list[DataEvent | DatagramEvent] = []
         self._parse_errors_seen = 0
 
@@ -304,6 +314,8 @@ class ConnectionTable:
         if event.flags & _SENDFILE:
             conn.sendfile_ns = event.ts_ns
         if conn.session is not None:
+            if event.trace_ctx is not None or conn.wire_ctx is not None:
+                self._note_context(conn, event)
             data = event.data  # the fields read here, where the event's type is known (typed when compiled)
             missing = event.total_len - len(data)
             if missing > 0:
@@ -311,6 +323,26 @@ class ConnectionTable:
             self._feed(conn, event, event.direction, data, event.ts_ns, missing)
         elif not conn.unrecognized:
             self._detect(conn, event, self.stream_detectors)
+
+    def _note_context(self, conn: Connection, event: DataEvent) -> None:
+        """Keep the ids the kernel fixed for a request (cross-node propagation) for the
+        exchange that starts at this event or after it; a data event the other way (the
+        answer) drops ids no exchange took. A client's unclaimed ids are counted: they
+        went on the wire, and the other node's span names a parent no span here has."""
+        context = event.trace_ctx
+        if context is not None:
+            if conn.wire_ctx is not None:
+                self._unclaimed(conn)
+            conn.wire_ctx = context
+            conn.wire_ctx_ns = event.ts_ns
+            conn.wire_ctx_dir = event.direction
+        elif event.direction != conn.wire_ctx_dir:
+            self._unclaimed(conn)
+            conn.wire_ctx = None
+
+    def _unclaimed(self, conn: Connection) -> None:
+        if conn.wire_ctx.origin == _CLIENT_CONTEXT:
+            self.counters.add("otelbpf.propagation.unclaimed")
 
     def _feed(
         self, conn: Connection, event: DataEvent | DatagramEvent, direction: Direction, data: bytes, ts_ns: int, missing: int
@@ -415,6 +447,8 @@ class ConnectionTable:
             conn.session.pid = conn.pid
         buffered, conn._probe_events = conn._probe_events, []
         for event in buffered:
+            if not conn.datagram and (event.trace_ctx is not None or conn.wire_ctx is not None):
+                self._note_context(conn, event)
             out = conn.session.feed(event.direction, event.data, event.ts_ns, event.total_len - len(event.data))
             if out:
                 self.on_events(conn, event, out)

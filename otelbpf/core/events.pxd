@@ -15,3 +15,4 @@ cdef class DataEvent:
     cdef public object flags
     cdef public object task_id
     cdef public object source
+    cdef public object trace_ctx

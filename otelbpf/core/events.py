@@ -58,6 +58,47 @@ class DataFlags(enum.IntFlag):
     #: One of several records of one call on a connection marked for whole capture
     #: (bpf/capture.h, DF_PIECE): its total_len is the bytes it stands for.
     PIECE = 8
+    #: The record carried the ids the kernel fixed for a request (DataEvent.trace_ctx).
+    TRACE_CTX = 16
+
+
+class ContextOrigin(enum.IntEnum):
+    """Where the kernel took a request's context from (bpf/capture.h, enum ctx_origin)."""
+
+    FRESH = 1  # server: none came with the request, a new trace
+    TCP_OPTION = 2  # server: the TCP option on the request's first segment
+    HEADER = 3  # server: the request's traceparent header
+    CLIENT = 4  # client: what the request carries on the wire
+
+
+class WireContext:
+    """The ids the kernel fixed for one request at the moment it was read or
+    written (bpf/propagate.c), which the span of that request adopts: on a
+    server's read, the trace it serves and the parent that came with it
+    (``span_id``, empty for a fresh trace); on a client's write, the trace and
+    the client span's own ``span_id``, which went on the wire."""
+
+    __slots__ = ("trace_id", "span_id", "flags", "origin", "rule", "carriers")
+
+    def __init__(self, trace_id: bytes, span_id: bytes, flags: int, origin: int, rule: int = 0, carriers: int = 0):
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.flags = flags
+        self.origin = origin
+        #: client: which rule the kernel took the trace by (0 root, 1 thread, 2 process)
+        self.rule = rule
+        #: client: bits of where it went (1: the TCP option)
+        self.carriers = carriers
+
+    @property
+    def parent_span_id(self) -> bytes:
+        """A server's parent span (b"" for a fresh trace: all zero on the wire)."""
+        return self.span_id if any(self.span_id) else b""
+
+    def __repr__(self) -> str:
+        return (f"WireContext({self.trace_id.hex()}, {self.span_id.hex()}, flags={self.flags}, "
+                f"origin={ContextOrigin(self.origin).name if self.origin in (1, 2, 3, 4) else self.origin}, "
+                f"rule={self.rule}, carriers={self.carriers})")
 
 
 @dataclass(slots=True)
@@ -94,7 +135,7 @@ class DataEvent:
     """
 
     __slots__ = ("ts_ns", "pid", "tid", "fd", "conn_id", "direction", "total_len", "data", "flags", "task_id",
-                 "source")
+                 "source", "trace_ctx")
     ts_ns: int
     pid: int
     tid: int
@@ -110,9 +151,12 @@ class DataEvent:
     task_id: int
     #: Source (SOCKET, TLS) as a plain int.
     source: int
+    #: The request's ids fixed by the kernel (a WireContext), when this read or write starts one
+    #: and cross-node propagation is on; None otherwise.
+    trace_ctx: "WireContext | None"
 
     def __init__(self, ts_ns, pid, tid, fd, conn_id, direction, total_len, data, flags=0, task_id=0,
-                 source=0) -> None:
+                 source=0, trace_ctx=None) -> None:
         self.ts_ns = ts_ns
         self.pid = pid
         self.tid = tid
@@ -124,6 +168,7 @@ class DataEvent:
         self.flags = flags
         self.task_id = task_id
         self.source = source
+        self.trace_ctx = trace_ctx
 
     @property
     def missing(self) -> int:

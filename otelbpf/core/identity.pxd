@@ -16,6 +16,7 @@ cdef class TraceGroup:
     cdef public TraceGroup _parent
     cdef public object pending
     cdef public object held
+    cdef public object wired
 
     @cy.locals(group=TraceGroup)
     cpdef TraceGroup root(self)

@@ -18,7 +18,7 @@ from otelbpf.core.model import SpanKind, SpanRecord
 
 
 class TraceGroup:
-    __slots__ = ("_trace_id", "_trace_state", "_parent", "pending", "held")
+    __slots__ = ("_trace_id", "_trace_state", "_parent", "pending", "held", "wired")
 
     def __init__(self, trace_id: bytes, trace_state: str = "") -> None:
         self._trace_id = trace_id
@@ -28,6 +28,9 @@ class TraceGroup:
         self.pending = 0
         #: Finished spans waiting for those decisions (on the root).
         self.held: list[SpanRecord] = []
+        #: Its trace id went on the wire (a CLIENT span of it carried the kernel's
+        #: context to another node): it must keep it, so it joins no other trace.
+        self.wired = False
 
     def root(self) -> "TraceGroup":
         group = self
@@ -51,11 +54,18 @@ class TraceGroup:
         if mine is theirs:
             return theirs
         mine._parent = theirs
+        theirs.wired = theirs.wired or mine.wired
         theirs.pending += mine.pending
         theirs.held.extend(mine.held)
         mine.pending = 0
         mine.held = []
         return theirs
+
+    def can_join(self, other: "TraceGroup") -> bool:
+        """May this group's spans move into ``other``'s trace? Not when its trace id is
+        on the wire and differs: the other node's spans already name it."""
+        mine = self.root()
+        return mine is other.root() or not mine.wired or mine._trace_id == other.root()._trace_id
 
 
 @dataclass(repr=False)

@@ -42,6 +42,14 @@ DESCRIPTIONS: dict[str, str] = {
     "otelbpf.association.late_clients": "server spans linked to a client span on their connection that was stamped after the server read the request (loopback)",
     "otelbpf.profiles.cpu_time": "the agent's own CPU on profiles, microseconds, by stage: pipeline (decode, link, build stacks), export (encode, send)",
     "otelbpf.association.orphans_evicted": "server spans without a client span forgotten before a late one could link them (bound)",
+    "otelbpf.propagation.contexts.written": "trace contexts written on the wire: TCP options on a request's first segment (retransmits count again)",
+    "otelbpf.propagation.contexts.read": "trace contexts read from the wire: TCP options on traced servers' segments",
+    "otelbpf.propagation.contexts.stripped": "requests that came without a context on a connection whose earlier requests carried one (a path that strips it, or a sender that skipped it)",
+    "otelbpf.propagation.contexts.no_space": "requests whose TCP option found no room in the header (SACK blocks, MD5) or was refused: not written",
+    "otelbpf.propagation.contexts.unplaced": "TCP options that came on no request's first byte (requests pipelined into one read): not adopted",
+    "otelbpf.propagation.adopted": "server spans made children of another node's client span (TCP option)",
+    "otelbpf.propagation.conflicts": "client spans whose context on the wire named another trace than their parent's: a root of that trace, linked to the parent",
+    "otelbpf.propagation.unclaimed": "contexts written on the wire for a request no client span took (the other node's span names a parent not exported here)",
 }
 
 

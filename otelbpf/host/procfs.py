@@ -210,6 +210,60 @@ def tcp_sockets(pid: int) -> Iterable[tuple[int, tuple[int, str, int, str, int]]
                 yield int(cols[9]), (family, local[0], local[1], peer[0], peer[1])
 
 
+#: /proc/net/tcp's state column for a listening socket (TCP_LISTEN).
+_TCP_LISTEN = "0A"
+
+
+def _raw_address(text: str) -> bytes:
+    """/proc's hex address as the kernel holds it (network order), IPv4 in 4 bytes, IPv6 in 16."""
+    raw = bytes.fromhex(text)
+    return b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+
+
+_TCP_ESTABLISHED = "01"
+
+
+@dataclass(frozen=True)
+class TcpEnds:
+    """A process's TCP sockets, as the propagation needs them (crossnode.py)."""
+
+    #: (family, address in network order, port) of each listening socket; an
+    #: unspecified address (a wildcard listener) is all zero bytes
+    listening: list[tuple[int, bytes, int]]
+    #: established sockets whose local port it does not listen on: connections it made
+    outgoing: int
+
+
+def tcp_ends(pid: int) -> TcpEnds:
+    """The TCP sockets ``pid`` holds (its own fds, read in its own network namespace)."""
+    try:
+        fds = os.listdir(f"{PROC}/{pid}/fd")
+    except OSError:
+        return TcpEnds([], 0)
+    inodes = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"{PROC}/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    listening, established = [], []
+    for name, family in _TABLES[IPPROTO_TCP]:
+        table = _read(f"{PROC}/{pid}/net/{name}", "r")
+        for line in (table or "").splitlines()[1:]:
+            cols = line.split()
+            if len(cols) <= 9 or cols[9] not in inodes:
+                continue
+            addr, port = cols[1].split(":")
+            if cols[3] == _TCP_LISTEN:
+                listening.append((family, _raw_address(addr), int(port, 16)))
+            elif cols[3] == _TCP_ESTABLISHED:
+                established.append(int(port, 16))
+    ports = {port for _, _, port in listening}
+    return TcpEnds(listening, sum(1 for port in established if port not in ports))
+
+
 def fill_tuple_from_proc(event: ConnOpen) -> bool:
     """Complete a ConnOpen whose tuple the kernel did not see (a TCP socket
     older than the agent; any UDP socket, whose local port and, when

@@ -51,6 +51,16 @@ IDLE_WAIT_MAX_S = 1.0
 SAMPLES_ONLY_CHECK_MAX = 64
 
 
+#: The kernel's cross-node context counters (EbpfSource.kernel_stats) and the self-metric each feeds.
+KERNEL_CONTEXT_COUNTERS = {
+    "ctx_written": "otelbpf.propagation.contexts.written",
+    "ctx_read": "otelbpf.propagation.contexts.read",
+    "ctx_missing": "otelbpf.propagation.contexts.stripped",
+    "ctx_no_space": "otelbpf.propagation.contexts.no_space",
+    "ctx_unplaced": "otelbpf.propagation.contexts.unplaced",
+}
+
+
 def _on_cpu_sample(event) -> bool:
     return type(event) is StackSampleEvent and event.kind == PROFILE_ON_CPU
 
@@ -101,6 +111,8 @@ class Agent:
         self._kernel_lost_seen = 0
         self._kernel_tls_unattributed_seen = 0
         self._kernel_profile_lost_seen = 0
+        #: the kernel's cross-node context counters, last seen (KERNEL_CONTEXT_COUNTERS)
+        self._kernel_contexts_seen: dict[str, int] = {}
 
     def request_stop(self) -> None:
         self._stop_requested = True
@@ -231,6 +243,12 @@ class Agent:
         if unattributed > self._kernel_tls_unattributed_seen:
             self.counters.add("otelbpf.tls.unattributed", unattributed - self._kernel_tls_unattributed_seen)
             self._kernel_tls_unattributed_seen = unattributed
+        for name, counter in KERNEL_CONTEXT_COUNTERS.items():  # cross-node propagation (bpf/propagate.c)
+            value = kernel.get(name, 0)
+            seen = self._kernel_contexts_seen.get(name, 0)
+            if value > seen:
+                self.counters.add(counter, value - seen)
+                self._kernel_contexts_seen[name] = value
 
     def stats(self) -> dict[str, int]:
         out = self.counters.as_dict()

@@ -36,6 +36,7 @@ from otelbpf.host import procfs
 from otelbpf.host.exclusions import comm_matches, comm_prefix
 from otelbpf.sources.early_tuples import EarlyTuples
 from otelbpf.sources.ebpf_layout import (
+    CONTEXT_STATS,
     STAT_CALL_DEPTH,
     STAT_IO_MAP_FULL,
     STAT_LOST,
@@ -59,6 +60,8 @@ from otelbpf.sources.ebpf_program import (
     whole_capture_wanted,
 )
 from otelbpf.sources.memory import release_compiler_memory
+from otelbpf.sources.crossnode import KernelPropagation, PropagationPlan
+from otelbpf.sources.crossnode import plan as plan_propagation
 from otelbpf.sources.python_tasks import SPEC as PYTHON_TASKS_SPEC
 from otelbpf.sources.tls import TlsProbes
 from otelbpf.sources.uprobes import Attachment, ProbeSpec, UprobeAttacher
@@ -139,6 +142,9 @@ class EbpfSource:
         self.profiles = None  # otelbpf.profiles.sampler.ProfileSampler, started by config.profiles
         #: capture_whole marks connections (CaptureConfig.whole_capture, OTELBPF_WHOLE_CAPTURE)
         self.whole_capture = whole_capture_wanted(config)
+        #: cross-node trace context: what runs (set by start()), and its attachments
+        self.propagation_plan: PropagationPlan | None = None
+        self.propagation: KernelPropagation | None = None
 
     # -- start-up ---------------------------------------------------------
 
@@ -160,6 +166,10 @@ class EbpfSource:
             cflags += regs_cflags(platform.machine())
         except ValueError as exc:
             raise CaptureError(str(exc)) from exc
+        self.propagation_plan = plan_propagation(self.config.propagation, self.config.propagation_cgroup)
+        if self.propagation_plan.reasons:
+            log.warning("cross-node context: %s", self.propagation_plan.describe())
+        cflags += self.propagation_plan.cflags()
         plan = plan_sock_capture()
         if plan.raw:
             try:
@@ -196,6 +206,14 @@ class EbpfSource:
         )
         self._configure_filter()
         self._configure_exclusions()
+        if self.propagation_plan.active:
+            self.propagation = KernelPropagation(self._bpf, self.propagation_plan, plan.raw)
+            try:
+                self.propagation.attach()
+            except OSError as exc:
+                self.propagation.close()
+                raise CaptureError(f"cross-node context: attaching failed: {exc} (--propagation off leaves it out)") from exc
+            log.info("cross-node context: %s", self.propagation_plan.describe())
         try:  # the import inside the try: a reader that cannot be imported leaves BCC's callback too
             from otelbpf.sources.ringbuf import RingBufReader
 
@@ -373,6 +391,8 @@ class EbpfSource:
         if self._bpf is None or self.uprobes is None:
             return False
         self._watched.add(pid)
+        if self.propagation is not None:
+            self.propagation.watch(pid)
         if self.profiles is not None:
             self.profiles.watch(pid)
         tls = bool(self.tls.scan(pid)) if self.tls is not None else False
@@ -658,9 +678,12 @@ class EbpfSource:
             "call_depth": int(table.sum(ctypes.c_int(STAT_CALL_DEPTH)).value),
             "tls_unattributed": int(table.sum(ctypes.c_int(STAT_TLS_UNATTRIBUTED)).value),
             "profile_lost": int(table.sum(ctypes.c_int(STAT_PROFILE_LOST)).value),
-        }
+        } | {name: int(table.sum(ctypes.c_int(index)).value) for name, index in CONTEXT_STATS.items()}
 
     def close(self) -> None:
+        if self.propagation is not None:  # first: the sock_ops program leaves the cgroup at once
+            self.propagation.close()
+            self.propagation = None
         if self.uprobes is not None:
             self.uprobes.close()
         if self._reader is not None:

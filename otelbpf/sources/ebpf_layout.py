@@ -32,6 +32,7 @@ from otelbpf.core.events import (
     ProcessExit,
     ProcessStart,
     RoleHint,
+    WireContext,
 )
 from protocols.base import Direction
 
@@ -45,6 +46,8 @@ DATAGRAM_INFO = struct.Struct("<HHB3x16s")
 PROC_INFO = struct.Struct("<16s256s")
 # struct call_info
 CALL_INFO = struct.Struct("<IIQ6QqQQQQ")
+# struct trace_ctx (after an EV_DATA record's payload when flagged DF_TRACE_CTX)
+TRACE_CTX = struct.Struct("<16s8sBBBBI")
 
 EV_DATA = 1
 EV_CONN_OPEN = 2
@@ -63,6 +66,8 @@ DF_IOV_TRUNCATED = 2
 DF_MMSG_UNKNOWN = 4
 #: capture.h, whole capture of marked connections: one of several records of one call
 DF_PIECE = 8
+#: capture.h: a struct trace_ctx follows the payload (bpf/propagate.c)
+DF_TRACE_CTX = 16
 #: capture.h: the most of one call a marked connection has copied, and the records' piece
 #: size (flat buffers; gathered calls' pieces span iovecs, at most WHOLE_GATHER_PIECE_BYTES).
 WHOLE_CAPTURE_BYTES = 256 * 1024
@@ -76,7 +81,23 @@ STAT_MMSG_UNKNOWN = 3
 STAT_CALL_DEPTH = 4
 STAT_TLS_UNATTRIBUTED = 5
 STAT_PROFILE_LOST = 6
-STAT_COUNT = 7
+# cross-node trace context (bpf/propagate.c)
+STAT_CTX_WRITTEN = 7
+STAT_CTX_NO_SPACE = 8
+STAT_CTX_READ = 9
+STAT_CTX_ADOPTED = 10
+STAT_CTX_UNPLACED = 11
+STAT_CTX_MISSING = 12
+STAT_COUNT = 13
+#: The kernel's context counters, by the name EbpfSource.kernel_stats gives them.
+CONTEXT_STATS = {
+    "ctx_written": STAT_CTX_WRITTEN,
+    "ctx_no_space": STAT_CTX_NO_SPACE,
+    "ctx_read": STAT_CTX_READ,
+    "ctx_adopted": STAT_CTX_ADOPTED,
+    "ctx_unplaced": STAT_CTX_UNPLACED,
+    "ctx_missing": STAT_CTX_MISSING,
+}
 
 #: Offsets in the kernel's struct pt_regs (the saved user registers of a
 #: syscall) per machine: the syscall number, the six syscall arguments and a
@@ -146,6 +167,14 @@ def format_address(family: int, raw: bytes) -> str:
     return ""
 
 
+def wire_context(raw: bytes, offset: int) -> WireContext | None:
+    """The struct trace_ctx at ``offset`` of ``raw`` (None when the record is too short)."""
+    if len(raw) < offset + TRACE_CTX.size:
+        return None
+    trace_id, span_id, flags, origin, rule, carriers, _pad = TRACE_CTX.unpack_from(raw, offset)
+    return WireContext(trace_id, span_id, flags, origin, rule, carriers)
+
+
 class RecordDecoder:
     """Turns raw ring-buffer records into typed events.
 
@@ -174,10 +203,15 @@ class RecordDecoder:
             ts, conn_id, tgid, tid, fd, kind, direction, flags, source, total, captured, task_id = unpack_header(raw)
             ts += self.clock_offset_ns
             if kind == EV_DATA:
+                context = None
+                if flags & DF_TRACE_CTX:
+                    context = wire_context(raw, header_size + captured)
+                    if context is None:
+                        self.malformed += 1
                 out.append(
                     DataEvent(
                         ts, tgid, tid, fd, conn_id, _DIRECTIONS[direction & 1], total,
-                        raw[header_size : header_size + captured], flags, task_id, source,
+                        raw[header_size : header_size + captured], flags, task_id, source, context,
                     )
                 )  # fmt: skip
             else:
@@ -216,6 +250,16 @@ class RecordDecoder:
                 event.flags = header.flags
                 event.task_id = header.task_id
                 event.source = header.source
+                if header.flags & DF_TRACE_CTX:  # after the payload: one request's ids (bpf/propagate.c)
+                    if size - header_size - captured >= TRACE_CTX.size:
+                        event.trace_ctx = wire_context(
+                            PyBytes_FromStringAndSize(
+                                cython.cast(cython.p_char, record + header_size + captured), TRACE_CTX.size
+                            ),
+                            0,
+                        )
+                    else:
+                        self.malformed += 1
                 out.append(event)
                 return
             if raw is None:

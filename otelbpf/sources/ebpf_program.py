@@ -100,6 +100,11 @@ class CaptureConfig:
     #: Stack samples for profiles (bpf/profile.c: otelbpf.profiles.sampler.ProfileConfig);
     #: None, or hz 0: none taken.
     profiles: "SampledProbes | None" = None
+    #: Cross-node trace context on the wire (otelbpf.sources.crossnode.MODES; bpf/propagate.c):
+    #: `otelbpf run` asks for its default, "tcp"; off here, for whoever builds a config otherwise.
+    propagation: str = "off"
+    #: The cgroup (v2) whose sockets the propagation's sock_ops program sees; None: the root (the host).
+    propagation_cgroup: str | None = None
 
     def validate(self) -> None:
         if not (self.pids or self.comms or self.trace_all):
@@ -116,6 +121,10 @@ class CaptureConfig:
         for pid in self.pids:
             if pid <= 0:
                 raise ValueError(f"--pid {pid}: not a process id")
+        from otelbpf.sources.crossnode import MODES
+
+        if self.propagation not in MODES:
+            raise ValueError(f"--propagation {self.propagation!r}: expected one of {', '.join(MODES)}")
         if self.profiles is not None:
             self.profiles.validate()
 

@@ -79,6 +79,12 @@ readOnlyRootFilesystem: {{ .Values.readOnlyRootFilesystem }}
 - --exclude-port
 - {{ . | quote }}
 {{- end }}
+- --propagation
+- {{ .Values.propagation.mode | quote }}
+{{- if ne .Values.propagation.mode "off" }}
+- --propagation-cgroup
+- /host/cgroup
+{{- end }}
 - --capture-bytes
 - {{ .Values.capture.bytes | quote }}
 - --ring-buffer-mb
