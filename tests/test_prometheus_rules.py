@@ -152,3 +152,15 @@ def test_two_communicators_are_judged_apart(promtool, tmp_path):
     series += rank_series(1, normal(collective=0.0005, on_cpu=0.0117), comm=other)
     expected = [slow_rank_expectation(2, "compute"), slow_rank_expectation(1, "host", comm=other)]
     run_promtool(promtool, tmp_path, series, expected)
+
+
+def test_ranks_with_no_collective_in_the_window_are_not_judged(promtool, tmp_path):
+    """A communicator idle for the window (its counters flat: no mean, never NaN) is not named,
+    even by a RAS reply that still finds a rank behind."""
+    series = []
+    for rank in range(4):
+        for entry in rank_series(rank, normal()):
+            entry["values"] = "1x60" if "time_seconds" in entry["series"] else entry["values"]
+            series.append(entry)
+    series += ras_series(0, 0.7) + [s for r in (1, 2, 3) for s in ras_series(r, 0.0)]
+    run_promtool(promtool, tmp_path, series, [])
