@@ -138,6 +138,15 @@ def test_no_rank_is_named_when_a_rank_is_not_measured(promtool, tmp_path):
     run_promtool(promtool, tmp_path, series, [])
 
 
+def test_no_rank_is_named_from_the_ras_shares_of_some_ranks_only(promtool, tmp_path):
+    """Node-b's agent came late and hears no RAS: ranks 2 and 3 are neither measured nor
+    reported; of the ranks node-a's agent reports, rank 1 lags in most replies (rank 3, the
+    slow one, lags in more): rank 1 must not be named."""
+    series = rank_series(0, normal()) + rank_series(1, normal(collective=0.007, gpu_wait=0.007))
+    series += ras_series(0, 0.1) + ras_series(1, 0.6)
+    run_promtool(promtool, tmp_path, series, [])
+
+
 def test_no_rank_is_named_when_the_ranks_are_balanced(promtool, tmp_path):
     series = [s for r in range(4) for s in rank_series(r, normal(collective=0.002 + r * 0.0001))]
     series += [s for r in range(4) for s in ras_series(r, 0.25)]
