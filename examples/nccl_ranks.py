@@ -14,9 +14,9 @@ One rank (--slow-rank) can be made slow by --delay-ms per step, in one of four w
   (NCCL_STANDIN_US of its process).
 
 Prints "ready" once the libraries are loaded, waits for a line on stdin, runs, prints
-"done". With --init-first, it creates the communicator and runs --before collectives
-before "ready" (then waits for the line and runs the rest): the agent attaches to a
-communicator it did not see created. The communicator is named by --id (hex, up to 128
+"done". With --init-first, the line makes it create the communicator and run --before
+collectives, print "initialised" and wait for another line before the rest: an agent
+attached in between did not see the communicator created. The communicator is named by --id (hex, up to 128
 bytes of the ncclUniqueId; the rest is zeros). With --count-by-iteration the n-th
 all-reduce's element count is n (1-based), so a reader of the spans can tell which
 instance each span is. With --id-by-reference it calls the stand-in built to take the id
@@ -54,8 +54,8 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=20.0)
     parser.add_argument("--sync-us", type=int, default=0, help="every rank's GPU wait per step (0: no GPU work)")
     parser.add_argument("--launches", type=int, default=4, help="kernel launches per step (with --sync-us)")
-    parser.add_argument("--init-first", action="store_true", help="create the communicator before 'ready'")
-    parser.add_argument("--before", type=int, default=0, help="with --init-first: collectives before 'ready'")
+    parser.add_argument("--init-first", action="store_true", help="stop after set-up and --before collectives")
+    parser.add_argument("--before", type=int, default=0, help="with --init-first: collectives before 'initialised'")
     parser.add_argument("--lib-dir", default=DEFAULT_LIB_DIR)
     parser.add_argument("--nccl-dir", default="", help="where libnccl.so.2 is (default: --lib-dir)")
     parser.add_argument("--id-by-reference", action="store_true", help="the arm64 way (the build/byref stand-in)")
@@ -94,16 +94,16 @@ def main() -> None:
         count = n + 1 if args.count_by_iteration else args.count
         assert nccl.ncclAllReduce(None, None, count, NCCL_FLOAT32, NCCL_SUM, comm, None) == 0
 
-    done = 0
-    if args.init_first:
-        init()
-        for done in range(args.before):
-            step(done)
-        done = args.before
     print("ready", flush=True)
     sys.stdin.readline()
-    if not args.init_first:
-        init()
+    init()
+    done = 0
+    if args.init_first:
+        for n in range(args.before):
+            step(n)
+        done = args.before
+        print("initialised", flush=True)
+        sys.stdin.readline()
     for n in range(done, args.collectives):
         step(n)
     nccl.ncclCommDestroy(comm)
