@@ -307,7 +307,9 @@ def run_kind(cluster: Cluster, rank: int, kind: str, env=None) -> None:
     assert firing, cluster.alerts()
     assert [_verdict(series["metric"]) for series in history] == [expected]  # never another rank or kind
     assert empty is True, f"dashboard queries without data: {empty}"
-    complete = wait_until(lambda: len(collective_spans(cluster)) >= 4 * COLLECTIVES, timeout=30)
+    # The last spans leave with the agents' next export, later when a busy agent detaches the
+    # exited ranks' probes first.
+    complete = wait_until(lambda: len(collective_spans(cluster)) >= 4 * COLLECTIVES, timeout=90)
     spans = collective_spans(cluster)
     assert complete and len(spans) == 4 * COLLECTIVES, (missing(spans), cluster.query('{__name__=~"otelbpf_(events_lost|nccl_spans_unmatched|calls_unhandled|spans_failed)_total"}'))
     check_one_trace_per_instance(spans)
