@@ -8,6 +8,7 @@
  *   socket.c    socket payload capture (sock:sock_{recv,send}_length + the
  *               per-syscall tracepoints of close/connect/accept/mmsg/recv exits)
  *   pytasks.c   CPython asyncio task steps (uprobes on PyIter_Send)
+ *   ranks.c     off-CPU clocks of the threads that issue NCCL collectives
  *   calls.c     generic library call probes (uprobes): EV_CALL
  *   tls.c       TLS plaintext (uprobes on OpenSSL SSL_read/SSL_write[_ex])
  *   profile.c   stack samples for profiles (CPU-clock perf event, sched_switch)
@@ -31,6 +32,7 @@
 #include "socket.c"
 #include "pytasks.c"
 #include "gpu.c"
+#include "ranks.c"
 #include "calls.c"
 #include "tls.c"
 #include "profile.c"

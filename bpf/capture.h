@@ -97,10 +97,14 @@ struct proc_info {
     char filename[PROC_PATH_LEN];
 };
 
-/* EV_CALL: header (ts_ns = entry) + this (104 bytes) */
+/* call_info.call_flags */
+#define CALL_INFO_CLOCKED 1 /* off_cpu_entry_ns/off_cpu_return_ns were read (bpf/ranks.c) */
+
+/* EV_CALL: header (ts_ns = entry) + this (128 bytes) + captured_len payload
+ * bytes (the 128-byte ncclUniqueId of a communicator set-up, bpf/calls.c) */
 struct call_info {
     __u32 probe_id; /* user space maps it to (library, function) */
-    __u32 call_flags;
+    __u32 call_flags; /* CALL_INFO_* */
     __u64 end_ns; /* return time; = entry for entry-only probes */
     __u64 args[6];
     __s64 ret;
@@ -113,6 +117,13 @@ struct call_info {
     __u64 out0;
     /* --gpu-launch-time: ns spent inside those launch calls (0: not measured) */
     __u64 launch_ns;
+    /* CALL_INFO_CLOCKED: the calling thread's total time off the CPU (bpf/ranks.c)
+     * at the call's entry and at its return */
+    __u64 off_cpu_entry_ns;
+    __u64 off_cpu_return_ns;
+    /* NCCL collectives: the call's number on its (process, communicator handle,
+     * function) + 1, counted in the kernel at entry (bpf/calls.c); 0: not counted */
+    __u64 comm_seq;
 };
 
 /* ---- whole capture of marked connections (bpf/common.h emit_whole) ----

@@ -19,8 +19,11 @@ pipeline declares, and only those:
 
 The features, in the order they attach: GenAI spans on HTTP (otelbpf/semantics/genai.py,
 always); GPU calls, launch counts and engine steps (otelbpf/semantics/gpu.py, unless
-``gpu=None``: a capture has no library calls); profiles (otelbpf/profiles/profiler.py,
-:func:`attach_profiles`, once a live source has started its sampler).
+``gpu=None``: a capture has no library calls), with NCCL collectives in one trace per
+instance across nodes (otelbpf/semantics/nccl_collectives.py); NCCL's RAS counts aligning
+them (:func:`attach_nccl_ras`, once a live source runs its poller); profiles
+(otelbpf/profiles/profiler.py, :func:`attach_profiles`, once a live source has started its
+sampler).
 """
 
 from __future__ import annotations
@@ -80,7 +83,15 @@ def build_pipeline(
         state = gpu.attach(pipeline, gpu_options.min_call_ns)
         if gpu_options.steps is not None and state.steps is not None:
             state.steps.options = gpu_options.steps
+        if source is not None:  # which commHash a process's NCCL computes: its library's version
+            state.nccl_version = lambda pid: _nccl_version(source, pid)
     return pipeline
+
+
+def _nccl_version(source, pid: int):
+    """The version of the NCCL library the live source probed in ``pid`` (None: not known)."""
+    lookup = getattr(source, "nccl_version", None)
+    return lookup(pid) if lookup is not None else None
 
 
 def _source_hooks(source) -> dict:
@@ -96,6 +107,27 @@ def _source_hooks(source) -> dict:
     if capture_whole is not None:
         hooks["on_wants_bodies"] = lambda conn: capture_whole(conn.pid, conn.fd, conn.conn_id, conn.source)
     return hooks
+
+
+#: A RAS reply is applied once the events' clock is this far past its window (the reordering
+#: window, and the drain after it: every call made before the window's end has been handled).
+RAS_SETTLE_NS = 500_000_000
+
+
+def attach_nccl_ras(pipeline: Pipeline, poller) -> None:
+    """NCCL's own counts (``poller``: otelbpf/sources/nccl_ras.py ``RasPoller``) align the
+    collective traces of communicators whose set-up the agent did not see
+    (otelbpf/semantics/nccl_collectives.py), applied on the pipeline's thread once the events
+    up to each reply's gathering are handled."""
+    state = gpu.state_of(pipeline)
+    if state is None:
+        return
+
+    def apply(now_ns: int, final: bool) -> None:
+        for reply in poller.take_replies(now_ns - RAS_SETTLE_NS):
+            state.collectives.align(reply.report, reply.window, reply.pids)
+
+    pipeline.tick_hooks.append(apply)
 
 
 def attach_profiles(pipeline: Pipeline, sampler, exporters, resources, counters, hz: int, interval_s: float = 10.0):

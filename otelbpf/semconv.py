@@ -391,3 +391,44 @@ OTELBPF_NCCL_COLLECTIVE_LATENESS = "otelbpf.nccl.collective.lateness"
 NCCL_LATENESS_BOUNDARIES: tuple[float, ...] = (
     1e-5, 1e-4, 5e-4, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
 )
+
+# --- NCCL collectives across nodes (otelbpf's own; docs/gpu.md "Slow ranks across nodes") ---
+#: On a collective span: NCCL's communicator id (commHash, hashed from the ncclUniqueId; 16 hex
+#: digits, as RAS prints it), the same on every rank and node; and the collective's sequence
+#: number among the communicator's collectives of its function, from the communicator's creation
+#: (NCCL's seqNumber). With the operation they name one instance: its trace.
+OTELBPF_NCCL_COMM_HASH = "otelbpf.nccl.comm_hash"
+OTELBPF_NCCL_SEQUENCE = "otelbpf.nccl.sequence"
+#: On a collective span left in its issuer's trace: why (``setup_not_seen``: the agent came after
+#: the communicator's set-up and NCCL's count has not aligned it; ``not_counted``).
+OTELBPF_NCCL_UNJOINED = "otelbpf.nccl.unjoined"
+#: otelbpf.association of a collective span in its instance's trace (a link to its issuer).
+OTELBPF_ASSOCIATION_COLLECTIVE = "collective"
+#: On a collective span: the rank's time since its previous collective returned on the same
+#: thread (ns), and of it the time waiting for the GPU (synchronisations, blocking and pageable
+#: copies), on the CPU and off it (without the thread's off-CPU clock: the last two absent).
+OTELBPF_NCCL_INTERVAL_DURATION = "otelbpf.nccl.interval.duration"
+OTELBPF_NCCL_INTERVAL_GPU_WAIT = "otelbpf.nccl.interval.gpu_wait"
+OTELBPF_NCCL_INTERVAL_ON_CPU = "otelbpf.nccl.interval.on_cpu"
+OTELBPF_NCCL_INTERVAL_OFF_CPU = "otelbpf.nccl.interval.off_cpu"
+#: Histogram (s) per rank and communicator (comm_hash, rank, nranks) of each collective cycle's
+#: time by OTELBPF_NCCL_STATE: ``collective`` (inside the collective: the rank's wait),
+#: ``gpu_wait``, ``on_cpu``, ``off_cpu`` (before it, since the previous one), ``host`` (on + off
+#: the CPU, when the thread has no off-CPU clock). The slow rank waits least.
+OTELBPF_NCCL_TIME = "otelbpf.nccl.time"
+OTELBPF_NCCL_STATE = "otelbpf.nccl.state"
+#: Gauge per joined rank (comm_hash, rank): ranks in its communicator (a backend compares a
+#: communicator's ranks only when all report).
+OTELBPF_NCCL_RANKS = "otelbpf.nccl.ranks"
+#: RAS (NCCL's own report, otelbpf/sources/nccl_ras.py), gauges per communicator: ranks missing
+#: from the last gather, of them considered dead, and per function the spread of the ranks'
+#: launched collective counts (highest - lowest), by otelbpf.nccl.operation; per rank of a traced
+#: process: its count.
+OTELBPF_NCCL_RAS_RANKS_MISSING = "otelbpf.nccl.ras.ranks.missing"
+OTELBPF_NCCL_RAS_RANKS_DEAD = "otelbpf.nccl.ras.ranks.dead"
+OTELBPF_NCCL_RAS_COUNT_SPREAD = "otelbpf.nccl.ras.collectives.spread"
+OTELBPF_NCCL_RAS_RANK_COLLECTIVES = "otelbpf.nccl.ras.rank.collectives"
+#: RAS: Sums per communicator and traced rank: replies read, and of them those in which the
+#: rank had launched fewer collectives than the communicator's furthest rank (it lags).
+OTELBPF_NCCL_RAS_REPLIES = "otelbpf.nccl.ras.replies"
+OTELBPF_NCCL_RAS_RANK_BEHIND = "otelbpf.nccl.ras.rank.behind"

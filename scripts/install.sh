@@ -3,7 +3,8 @@
 # a second run only checks and finishes in a couple of seconds.
 #
 #   1. Debian packages: BCC (python3-bpfcc), kernel headers, and the tools the
-#      demo, tests and benchmark drive (curl, nginx, wrk, iproute2, tcpdump).
+#      demo, tests and benchmark drive (curl, nginx, wrk, iproute2, tcpdump,
+#      prometheus: Debian's server and promtool evaluate the shipped rules).
 #   2. Kernel headers: BCC compiles its C programs against
 #      /lib/modules/$(uname -r)/build. When this kernel ships no headers, the
 #      nearest Debian headers (linux-headers-<arch>) are linked there instead.
@@ -63,6 +64,7 @@ packages=(python3 python3-venv python3-bpfcc "linux-headers-$arch" curl nginx-li
           g++ libfastrtps-dev          # examples/fastdds: tests/test_ebpf_fastdds.py's Fast DDS nodes
           libdw-dev libelf-dev         # otelbpf/profiles/native: DWARF CFI unwinding of sampled stacks (elfutils' libdw)
           chromium                     # tests/test_profiles_flamegraph.py opens the flame graph headless
+          prometheus                   # promtool and the server: tests/test_prometheus_rules.py, tests/test_ebpf_ranks.py
           gcc libc6-dev python3-dev)   # the last three build the Cython extensions
 missing=()
 for p in "${packages[@]}"; do
@@ -76,6 +78,8 @@ if [ ${#missing[@]} -gt 0 ]; then
     # nginx-light's postinst starts a server on :80; the project starts its own.
     systemctl disable --now nginx >/dev/null 2>&1 || service nginx stop >/dev/null 2>&1 || true
     pkill -x nginx 2>/dev/null || true
+    # prometheus's postinst starts a server on :9090; the tests start their own.
+    systemctl disable --now prometheus >/dev/null 2>&1 || service prometheus stop >/dev/null 2>&1 || true
 fi
 
 # Kernel headers: exact ones if the running kernel has them, else the fallback.

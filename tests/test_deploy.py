@@ -258,6 +258,8 @@ RENDER_CASES = {
     "propagation on a hybrid host": {"propagation": {"mode": "all", "cgroupPath": "/sys/fs/cgroup/unified"}},
     "capabilities": {"securityMode": "capabilities"},
     "metrics and ServiceMonitor": {"metrics": {"enabled": True, "serviceMonitor": {"enabled": True}}},
+    "metrics and PodMonitor": {"metrics": {"enabled": True, "podMonitor": {"enabled": True}}},
+    "no metrics": {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}},
 }
 
 
@@ -271,6 +273,10 @@ def test_the_chart_renders_to_valid_manifests(case):
             kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
     if case == "metrics and ServiceMonitor":
         assert {"Service", "ServiceMonitor"} <= kinds
+    if case == "metrics and PodMonitor":
+        assert "PodMonitor" in kinds
+    if case == "no metrics":
+        assert not {"Service", "ServiceMonitor", "PodMonitor"} & kinds
     daemonset = kind(docs, "DaemonSet")
     agent = daemonset["spec"]["template"]["spec"]["containers"][0]
     security = agent["securityContext"]
@@ -348,3 +354,104 @@ def test_a_container_engine_is_one_that_answers(tmp_path, tools, engine):
         assert done.returncode == 0 and done.stdout.strip() == engine, done
     smoke = (ROOT / "scripts" / "image_smoke.sh").read_text()
     assert 'container_engine.sh" >/dev/null 2>&1 || apt-get install -y -q podman' in smoke
+
+
+@pytest.mark.parametrize("case", sorted(RENDER_CASES))
+def test_prometheus_scrapes_every_metric_where_the_chart_says(case):
+    """With metrics.enabled the agent serves every metric (--prometheus-port) on the health
+    port, and the annotations, the Service, the ServiceMonitor and the PodMonitor all point
+    there; without it, none of them and no flag."""
+    docs = render_chart(RENDER_CASES[case])
+    enabled = values()["metrics"]["enabled"] if "metrics" not in RENDER_CASES[case] else RENDER_CASES[case]["metrics"]["enabled"]
+    template = kind(docs, "DaemonSet")["spec"]["template"]
+    agent = template["spec"]["containers"][0]
+    ports = {p["name"]: p["containerPort"] for p in agent["ports"]}
+    args = agent["args"]
+    annotations = template["metadata"].get("annotations", {})
+    if not enabled:
+        assert "--prometheus-port" not in args and "prometheus.io/scrape" not in annotations
+        return
+    port = args[args.index("--prometheus-port") + 1]
+    assert port == args[args.index("--health-port") + 1] == str(ports["health"])
+    assert annotations["prometheus.io/scrape"] == "true" and annotations["prometheus.io/port"] == port
+    assert annotations["prometheus.io/path"] == "/metrics"
+    service = kind(docs, "Service")
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["ports"][0]["targetPort"] == "health"
+    selector = service["spec"]["selector"]
+    assert selector.items() <= template["metadata"]["labels"].items()
+    for monitor in (d for d in docs if d["kind"] in ("ServiceMonitor", "PodMonitor")):
+        (endpoint,) = monitor["spec"].get("endpoints") or monitor["spec"]["podMetricsEndpoints"]
+        assert endpoint["port"] == "health" and endpoint["path"] == "/metrics"
+        assert monitor["spec"]["selector"]["matchLabels"].items() <= template["metadata"]["labels"].items()
+
+
+# --- Prometheus rules and the Grafana dashboard -------------------------------------------
+
+DASHBOARD = DEPLOY / "grafana" / "otelbpf-nccl-ranks.json"
+RULES = DEPLOY / "prometheus" / "otelbpf-rules.yaml"
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the shipped dashboard, its variables filled in."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    return [t["expr"].replace("$communicator", ".*") for p in dashboard["panels"] for t in p.get("targets", [])]
+
+
+def test_the_dashboard_is_one_grafana_can_import():
+    dashboard = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] and dashboard["title"] and dashboard["panels"]
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    assert {"datasource", "communicator"} <= variables
+    ids = [p["id"] for p in dashboard["panels"]]
+    assert len(ids) == len(set(ids))
+    for panel in dashboard["panels"]:
+        assert panel["datasource"]["uid"] == "${datasource}" and panel["targets"]
+        for target in panel["targets"]:
+            assert set(re.findall(r"\$(\w+)", target["expr"])) <= variables, target["expr"]
+    cells = set()  # panels never overlap on the 24-column grid
+    for panel in dashboard["panels"]:
+        g = panel["gridPos"]
+        assert g["x"] + g["w"] <= 24
+        area = {(x, y) for x in range(g["x"], g["x"] + g["w"]) for y in range(g["y"], g["y"] + g["h"])}
+        assert not area & cells, panel["title"]
+        cells |= area
+
+
+def test_the_dashboards_queries_parse_and_read_what_exists(tmp_path):
+    """promtool parses each query (as a recording rule), and each series it reads is recorded by
+    the shipped rules or is one of the agent's metrics (a name of otelbpf/semconv.py, as
+    otelbpf/metrics/prometheus.py renders it, with a unit or kind suffix; tests/test_ebpf_ranks.py
+    runs every query against real agents and finds data)."""
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian's prometheus package; scripts/install.sh installs it)")
+    queries = dashboard_queries()
+    rules = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:q{i}", "expr": q} for i, q in enumerate(queries)]}]}
+    (tmp_path / "dashboard.yaml").write_text(yaml.safe_dump(rules))
+    checked = subprocess.run([promtool, "check", "rules", str(tmp_path / "dashboard.yaml")], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    shipped = yaml.safe_load(RULES.read_text())
+    recorded = {r["record"] for g in shipped["groups"] for r in g["rules"] if "record" in r}
+    from otelbpf import semconv
+    from otelbpf.metrics.prometheus import label_name
+
+    agents = {label_name(v) for k, v in vars(semconv).items() if k.startswith("OTELBPF_") and isinstance(v, str)}
+    suffixes = ("", "_seconds", "_bytes", "_total", "_ratio", "_count", "_sum", "_bucket", "_seconds_count", "_seconds_sum")
+    names = re.compile(r"\b(otelbpf(?::|_)[a-z0-9_:]+)\b(?!\s*[,)=!~])")  # a metric, not a label
+    for query in queries:
+        for name in names.findall(query):
+            assert name in recorded or any(name.removesuffix(x) in agents for x in suffixes if name.endswith(x)), name
+
+
+def test_the_rules_check_with_promtool():
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not installed (Debian's prometheus package; scripts/install.sh installs it)")
+    checked = subprocess.run([promtool, "check", "rules", str(RULES)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -22,6 +22,7 @@ from otlp_receiver import OtlpReceiver, attributes_dict
 from test_ebpf_http import spans_in_file
 
 from otelbpf.metrics import read_metrics_json_file
+from otelbpf.semantics.nccl_collectives import collective_span_id, collective_trace_id
 
 pytestmark = pytest.mark.ebpf
 
@@ -135,13 +136,26 @@ def test_nccl_calls_decode_rank_bytes_and_communicator(traced_server):
     answer = curl(server.port, "/allreduce?count=100&rank=3&nranks=5")
     assert run.stop() == 0
 
-    [(request, children)] = by_trace(spans_in_file(out))["/allreduce"]
-    assert [c.name for c in children] == ["ncclCommInitRank", "ncclAllReduce", "ncclCommDestroy"]
-    init, allreduce, destroy = children
+    spans = spans_in_file(out)
+    [(request, children)] = by_trace(spans)["/allreduce"]
+    assert [c.name for c in children] == ["ncclCommInitRank", "ncclCommDestroy"]
+    init, destroy = children
     assert all(c.scope == "otelbpf.nccl" and c.span.parent_span_id == request.span.span_id for c in children)
     # the 128-byte ncclUniqueId went by value on the stack: the rank is the third integer register
     assert (init.attributes["otelbpf.nccl.rank"], init.attributes["otelbpf.nccl.nranks"]) == (3, 5)
     assert init.attributes["otelbpf.nccl.unique_id"] == bytes(range(16)).hex()  # read from the stack
+    # ... and read whole: NCCL's commHash of those 128 bytes (2.28.9's hash; protocols/nccl/tests known answer)
+    assert init.attributes["otelbpf.nccl.comm_hash"] == "6afe1cc17717e1f4"
+    # the all-reduce is in its collective instance's trace (communicator, operation, sequence 0), as
+    # rank 3's span, linked to the request that issued it
+    [allreduce] = [s for s in spans if s.name == "ncclAllReduce"]
+    assert allreduce.span.trace_id == collective_trace_id(0x6AFE1CC17717E1F4, "AllReduce", 0)
+    assert allreduce.span.span_id == collective_span_id(0x6AFE1CC17717E1F4, "AllReduce", 0, 3)
+    assert allreduce.span.parent_span_id == b"" and allreduce.attributes["otelbpf.association"] == "collective"
+    [link] = allreduce.span.links
+    assert (link.trace_id, link.span_id) == (request.span.trace_id, request.span.span_id)
+    assert (allreduce.attributes["otelbpf.nccl.comm_hash"], allreduce.attributes["otelbpf.nccl.sequence"]) == ("6afe1cc17717e1f4", 0)
+    assert (allreduce.attributes["otelbpf.nccl.rank"], allreduce.attributes["otelbpf.nccl.nranks"]) == (3, 5)
     comm = f"{answer['comm']:x}"
     assert init.attributes["otelbpf.nccl.communicator"] == comm == destroy.attributes["otelbpf.nccl.communicator"]
     attrs = allreduce.attributes

@@ -53,6 +53,7 @@ int main(void) {
     printf("trace_ctx %zu\n", sizeof(struct trace_ctx));
     F(trace_ctx, trace_id); F(trace_ctx, span_id); F(trace_ctx, flags); F(trace_ctx, origin); F(trace_ctx, rule);
     F(trace_ctx, carriers); F(trace_ctx, pad);
+    F(call_info, off_cpu_entry_ns); F(call_info, off_cpu_return_ns); F(call_info, comm_seq);
 #define C(name) printf(#name " %d\n", (int)(name))
     C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
     C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_PROFILE_LOST); C(STAT_COUNT);
@@ -133,9 +134,10 @@ def test_datagram_proc_and_call_records_match_c(c_layout):
     assert c_layout["proc_info"] == (layout.PROC_INFO.size,) and c_layout["proc_info.comm"] == (0, 16)
     assert c_layout["proc_info.filename"] == (16, 256)
     assert c_layout["call_info"] == (layout.CALL_INFO.size,)
-    fields = ["probe_id", "call_flags", "end_ns", "args", "ret", "launches", "first_launch_ns", "out0", "launch_ns"]
+    fields = ["probe_id", "call_flags", "end_ns", "args", "ret", "launches", "first_launch_ns", "out0", "launch_ns",
+              "off_cpu_entry_ns", "off_cpu_return_ns", "comm_seq"]
     assert [c_layout[f"call_info.{f}"] for f in fields] == [
-        (0, 4), (4, 4), (8, 8), (16, 48), (64, 8), (72, 8), (80, 8), (88, 8), (96, 8),
+        (0, 4), (4, 4), (8, 8), (16, 48), (64, 8), (72, 8), (80, 8), (88, 8), (96, 8), (104, 8), (112, 8), (120, 8),
     ]  # fmt: skip
 
 
@@ -355,18 +357,24 @@ def test_decode_every_record_type():
 def test_decode_datagram_process_start_and_call():
     decoder = layout.RecordDecoder(clock_offset_ns=5, probe_names={3: ("libcudart.so.12", "cudaMalloc")})
     peer = layout.DATAGRAM_INFO.pack(10, 5353, 17, bytes(15) + b"\x01")
-    call = layout.CALL_INFO.pack(3, 0, 2_000, 1, 2, 3, 4, 5, 6, -12, 7, 1_500, 0xABC, 640)
+    call = layout.CALL_INFO.pack(3, 0, 2_000, 1, 2, 3, 4, 5, 6, -12, 7, 1_500, 0xABC, 640, 11, 12, 0)
+    unique_id = bytes(range(128))
+    clocked = layout.CALL_INFO.pack(4, layout.CALL_INFO_CLOCKED, 3_000, *(0,) * 11, 1_000, 4_000, 42)
     events = decoder.decode(
         [
             _record(layout.EV_DATAGRAM, b"dns?", direction=1, total=40, info=peer, source=1),
             _record(layout.EV_PROC_START, info=layout.PROC_INFO.pack(b"nginx", b"/usr/sbin/nginx")),
             _record(layout.EV_CALL, info=call),
-            _record(layout.EV_CALL, info=layout.CALL_INFO.pack(9, 0, 1_000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)),
+            _record(layout.EV_CALL, info=layout.CALL_INFO.pack(9, 0, 1_000, *(0,) * 14)),
             _record(layout.EV_DATA, b"x", source=1),
+            _record(layout.EV_CALL, unique_id, info=clocked),
         ]
     )
-    assert [type(e) for e in events] == [DatagramEvent, ProcessStart, CallEvent, CallEvent, DataEvent]
-    dgram, start, call_event, unknown, data = events
+    assert [type(e) for e in events] == [DatagramEvent, ProcessStart, CallEvent, CallEvent, DataEvent, CallEvent]
+    dgram, start, call_event, unknown, data, with_id = events
+    # not clocked: the off-CPU words are not read; the payload of an ncclUniqueId and the kernel's count are
+    assert (call_event.off_cpu_entry_ns, call_event.off_cpu_return_ns, call_event.payload, call_event.comm_seq) == (-1, -1, b"", 0)
+    assert (with_id.off_cpu_entry_ns, with_id.off_cpu_return_ns, with_id.payload, with_id.comm_seq) == (1_000, 4_000, unique_id, 42)
     assert (dgram.peer_addr, dgram.peer_port, dgram.family, dgram.data) == ("::1", 5353, 10, b"dns?")
     assert dgram.direction == Direction.EGRESS and dgram.missing == 36 and dgram.source == 1 and dgram.task_id == 77
     assert (start.pid, start.comm, start.ts_ns, start.exe) == (100, "nginx", 1_005, "/usr/sbin/nginx")

@@ -411,11 +411,28 @@ def test_ncclcomminitrank_arguments_on_x86_64_and_arm64():
 
 def test_the_arm64_id_flag_matches_the_bpf_source():
     """The flag values user space sets are the ones bpf/calls.c tests, and the arm64 path reads
-    16 bytes through the third argument into args[4..5]."""
+    the id through the third argument (its first 16 bytes into args[4..5])."""
     source = (ROOT / "bpf" / "calls.c").read_text()
-    assert f"#define CALL_READS_STACK_ARG {gpu_probes.CALL_READS_STACK_ARG}\n" in source
-    assert f"#define CALL_READS_ARG2_POINTEE {gpu_probes.CALL_READS_ARG2_POINTEE}\n" in source
-    assert "bpf_probe_read_user(&frame.args[4], 2 * sizeof(__u64), (void *)frame.args[2])" in source
+    for name in ("CALL_READS_STACK_ARG", "CALL_READS_ARG2_POINTEE", "CALL_RANK_CLOCK", "CALL_CLOCKED", "CALL_COMM_SEQ",
+                 "CALL_COMM_RESET"):
+        assert f"#define {name} {getattr(gpu_probes, name)}\n" in source
+    assert "unique_id = (void *)frame.args[2];" in source
+    assert "__builtin_memcpy(&frame.args[4], whole.bytes, 2 * sizeof(__u64));" in source
+
+
+def test_collectives_count_their_handle_where_their_arguments_put_it():
+    """bpf/calls.c reads the handle from the argument CALL_COMM_ARG names and counts it under
+    NCCL's function index: both from the function catalogue; ncclReduce keeps its handle on
+    the stack and is not counted."""
+    for name, (_count, _type, _op, _other, comm_index) in gpu_functions.NCCL_COLLECTIVES.items():
+        flags = gpu_probes.FUNCTION_FLAGS[name]
+        if comm_index is None:
+            assert flags == 0, name
+            continue
+        assert flags & gpu_probes.CALL_COMM_SEQ and (flags >> 16) & 7 == comm_index, name
+        assert (flags >> 20) & 7 == gpu_functions.NCCL_FUNCTION_INDEX[name], name
+    for name in gpu_functions.NCCL_COMM_INITS + ("ncclCommDestroy",):
+        assert gpu_probes.FUNCTION_FLAGS[name] == gpu_probes.CALL_COMM_RESET
 
 
 class _Totals(dict):

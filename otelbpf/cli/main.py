@@ -64,6 +64,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be >= 0")
+    return value
+
+
 def _duration_ns(text: str) -> int:
     try:
         return parse_duration_ns(text)
@@ -272,6 +282,21 @@ def build_parser(profile_kinds=PROFILE_KINDS) -> argparse.ArgumentParser:
         metavar="PORT",
         help="serve /healthz, /readyz and Prometheus /metrics (self-metrics) on this port",
     )
+    run.add_argument(
+        "--prometheus-port",
+        type=_positive_int,
+        metavar="PORT",
+        help="serve every metric the agent exports (span, GPU, NCCL and self-metrics) for Prometheus to scrape, at "
+        "/metrics on this port, named as OpenTelemetry's Prometheus compatibility says (may be the --health-port)",
+    )
+    run.add_argument(
+        "--nccl-ras-interval",
+        type=_non_negative_float,
+        default=30.0,
+        metavar="SECONDS",
+        help="ask NCCL's RAS (localhost:28028 in each traced NCCL job's network namespace) this often for every "
+        "rank's collective counts and missing ranks (default 30: RAS has crashed under tight polling; 0: never)",
+    )
     run.add_argument("--stats-interval", type=_positive_float, metavar="SECONDS", help="log the self-metrics this often")
     run.add_argument(
         "--discard-events",
@@ -385,7 +410,7 @@ def cmd_run(args) -> int:
     from otelbpf.profiles.kinds import ProfileError
     from otelbpf.runtime.agent import Agent
     from otelbpf.runtime.budget import CpuBudget
-    from otelbpf.runtime.health import HealthServer, Heartbeat
+    from otelbpf.runtime.health import Heartbeat
     from otelbpf.semantics import SpanOptions, gpu
     from otelbpf.sources.ebpf import CaptureConfig, CaptureError, EbpfSource
 
@@ -446,9 +471,9 @@ def cmd_run(args) -> int:
     ebpf = EbpfSource(config)
     source = Heartbeat(ExcludingSource(ebpf, exclusions, counters))
     try:
-        health = HealthServer(args.health_port, source, counters).start() if args.health_port else None
+        servers = start_http_servers(args, source, counters, metrics)
     except OSError as exc:
-        print(f"otelbpf: --health-port {args.health_port}: {exc}", file=sys.stderr)
+        print(f"otelbpf: --health-port/--prometheus-port: {exc}", file=sys.stderr)
         consumer.shutdown(1.0)
         return 2
     log.info("otelbpf: never traced: the agent; %s", exclusions.describe())
@@ -483,6 +508,7 @@ def cmd_run(args) -> int:
 
             metrics.add_process_gauges(gpu_state.memory_gauges, resources.attributes)
             metrics.add_process_sums(lambda: launch_sums(ebpf), resources.attributes)
+            metrics.add_agent_points(gpu_state.collectives.metric_points)  # each joined rank's communicator size
         if budget is not None:
             metrics.add_gauge("otelbpf.budget.shed_ratio", lambda: budget.shed_ratio)
     agent = Agent(source, pipeline, consumer, counters, stats_interval_s=args.stats_interval, budget=budget,
@@ -503,8 +529,8 @@ def cmd_run(args) -> int:
             if profiles_file and os.path.isfile(profiles_file) and os.path.getsize(profiles_file) == 0:
                 os.unlink(profiles_file)
         firstrun.remove_empty_outputs(args)
-        if health is not None:
-            health.close()
+        for server in servers:
+            server.close()
         return 1
     source.ready = True
     if config.profiles.enabled:
@@ -514,6 +540,7 @@ def cmd_run(args) -> int:
         from otelbpf.profiles.tracectx import TraceContextPublisher
 
         TraceContextPublisher(ebpf.table("traces_ctx_v1")).attach(pipeline.linker)
+    ras = start_nccl_ras(args, ebpf, pipeline, counters, metrics) if not args.no_gpu else None
     gctune.tune()  # start-up is over: fewer cycle collections on the hot path (otelbpf/runtime/gctune.py)
     from otelbpf.sources.memory import trim_heap
 
@@ -522,12 +549,53 @@ def cmd_run(args) -> int:
     try:
         agent.run(args.duration)
     finally:
+        if ras is not None:
+            ras.stop()
         stats = agent.stats()
         log.info("otelbpf: stats %s", json.dumps(stats))
         source.close()
-        if health is not None:
-            health.close()
+        for server in servers:
+            server.close()
     return firstrun.exit_status(stats, args.fail_on_drop)
+
+
+def start_http_servers(args, source, counters, metrics) -> list:
+    """The health server (--health-port) and the Prometheus endpoint (--prometheus-port): one
+    server when the ports are the same, its /metrics then serving every metric."""
+    from otelbpf.runtime.health import HealthServer
+
+    servers = []
+    everything = None
+    if args.prometheus_port and metrics is not None:
+        from otelbpf.metrics.prometheus import PrometheusEndpoint
+
+        everything = PrometheusEndpoint(metrics).text
+    try:
+        if args.health_port and args.health_port != args.prometheus_port:
+            servers.append(HealthServer(args.health_port, source, counters).start())
+        if args.prometheus_port:
+            server = HealthServer(args.prometheus_port, source, counters, metrics_text=everything)
+            servers.append(server.start("health and every exported metric (Prometheus)"))
+    except OSError:
+        for server in servers:
+            server.close()
+        raise
+    return servers
+
+
+def start_nccl_ras(args, ebpf, pipeline, counters, metrics):
+    """Ask NCCL's RAS in the traced NCCL jobs' network namespaces (docs/gpu.md); None with
+    --nccl-ras-interval 0."""
+    if not args.nccl_ras_interval:
+        return None
+    from otelbpf.assembly import attach_nccl_ras
+    from otelbpf.sources.nccl_ras import RasPoller
+
+    poller = RasPoller(ebpf.nccl_pids, counters, args.nccl_ras_interval, to_event_ns=ebpf.event_time_ns)
+    attach_nccl_ras(pipeline, poller)
+    if metrics is not None:
+        metrics.add_agent_points(poller.metric_points)
+    return poller.start()
 
 
 def cmd_replay(args) -> int:

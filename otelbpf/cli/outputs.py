@@ -75,7 +75,8 @@ def build_metric_sinks(args):
 
 def build_consumer(args, resources, counters, default_to_console: bool = True):
     """Everything a finished span goes to: the batch span processor, and the
-    span metrics with their exporter when metrics have somewhere to go.
+    span metrics with their exporter when metrics have somewhere to go (a sink,
+    or Prometheus scraping them: --prometheus-port).
     Raises ValueError/OSError for bad output options."""
     from otelbpf.export import BatchSpanProcessor
     from otelbpf.metrics import MeteredProcessor, MetricsExporter, SpanMetrics, agent_resource_attributes
@@ -83,7 +84,7 @@ def build_consumer(args, resources, counters, default_to_console: bool = True):
 
     processor = BatchSpanProcessor(build_sinks(args, default_to_console), resources, counters)
     metric_sinks = build_metric_sinks(args)
-    if not metric_sinks:
+    if not metric_sinks and not getattr(args, "prometheus_port", None):  # Prometheus scrapes collections itself
         return processor, None
     span_metrics = SpanMetrics(resources, default_instruments())
     exporter = MetricsExporter(

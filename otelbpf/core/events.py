@@ -272,6 +272,16 @@ class CallEvent:
     out0: int = 0
     #: ns spent inside those launches' calls (--gpu-launch-time; 0: not measured)
     launch_ns: int = 0
+    #: bytes the probe copied beside the arguments: the 128-byte ncclUniqueId of
+    #: ncclCommInitRank(Config) (bpf/calls.c); empty for other calls
+    payload: bytes = b""
+    #: the calling thread's total time off the CPU (ns, since its first NCCL collective) at
+    #: the call's entry and at its return (bpf/ranks.c); -1: the thread is not clocked
+    off_cpu_entry_ns: int = -1
+    off_cpu_return_ns: int = -1
+    #: NCCL collectives: the call's number on its (communicator handle, function) + 1, counted
+    #: in the kernel since the handle's set-up or the probes' attaching (bpf/calls.c); 0: none
+    comm_seq: int = 0
 
 
 @dataclass(slots=True)

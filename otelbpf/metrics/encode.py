@@ -75,6 +75,8 @@ def encode_metrics(
     if agent is not None:
         builder.resource(agent.resource)
         for total in agent.sums:
+            if not total.points:
+                continue
             builder.metric(total.name, total.description, total.unit, _SUM)
             for attributes, value in total.points:
                 out = builder.point()
@@ -82,6 +84,18 @@ def encode_metrics(
                 out.start_time_unix_nano = agent.start_ns
                 out.time_unix_nano = time_ns
                 out.as_int = value
+        for gauge_points in agent.gauge_points:
+            if not gauge_points.points:
+                continue
+            builder.metric(gauge_points.name, gauge_points.description, gauge_points.unit, _GAUGE)
+            for attributes, value in gauge_points.points:
+                out = builder.point()
+                fill_attributes_checked(out.attributes, attributes)
+                out.time_unix_nano = time_ns
+                if isinstance(value, int):
+                    out.as_int = value
+                else:
+                    out.as_double = value
         for gauge in agent.gauges:
             builder.metric(gauge.name, gauge.description, gauge.unit, _GAUGE)
             out = builder.point()

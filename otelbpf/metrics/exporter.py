@@ -40,6 +40,7 @@ from otelbpf.metrics.selfmetrics import (
     SERIES,
     AgentMetrics,
     GaugeReader,
+    SumMetric,
     agent_resource_attributes,
     counter_sums,
 )
@@ -113,6 +114,7 @@ class MetricsExporter:
         self._gauges = GaugeReader(all_gauges)
         self._process_gauges: list[tuple[Callable, Callable]] = []
         self._process_sums: list[tuple[Callable, Callable]] = []
+        self._agent_points: list[Callable] = []
         self._max_points = max_points_per_request
         self._start_ns = time.time_ns()
         preference = os.environ.get(TEMPORALITY_ENV, "").strip().lower()
@@ -173,6 +175,25 @@ class MetricsExporter:
         agent started (e.g. GPU kernel launches read from the kernel's per-process totals)."""
         self._process_sums.append((read, resource_of))
 
+    def add_agent_points(self, read: Callable[[], Sequence[tuple[str, str, str, str, list]]]) -> None:
+        """Export, under the agent's Resource, what ``read()`` gives at each collection:
+        (name, description, unit, kind ``"gauge"`` or ``"sum"`` (cumulative, monotonic),
+        [(attributes, value)]) (e.g. NCCL's RAS view, otelbpf/sources/nccl_ras.py)."""
+        self._agent_points.append(read)
+
+    def _read_agent_points(self) -> tuple[list[SumMetric], list[SumMetric]]:
+        sums: list[SumMetric] = []
+        gauges: list[SumMetric] = []
+        for read in self._agent_points:
+            try:
+                metrics = read()
+            except Exception:  # noqa: BLE001 - a reader's bug never breaks the export
+                _log.exception("metrics: reading agent points failed")
+                continue
+            for name, description, unit, kind, points in metrics:
+                (sums if kind == "sum" else gauges).append(SumMetric(name, description, unit, list(points)))
+        return sums, gauges
+
     # --- collection ---------------------------------------------------------------
 
     def collect(self) -> list[ExportMetricsServiceRequest]:
@@ -186,8 +207,10 @@ class MetricsExporter:
                 self._counters.add(EXPIRED, collection.expired)
             if self._process_gauges or self._process_sums:
                 processes = self._with_process_values(list(processes))
+            point_sums, point_gauges = self._read_agent_points()
             agent = AgentMetrics(
-                self._agent_resource, self._start_ns, counter_sums(self._counters), self._gauges.read()
+                self._agent_resource, self._start_ns, counter_sums(self._counters) + point_sums, self._gauges.read(),
+                point_gauges,
             )
             return encode_metrics(processes, agent, time.time_ns(), self._max_points, self._start_ns)
 

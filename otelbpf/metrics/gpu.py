@@ -8,7 +8,10 @@ is copies, the sum bytes per direction, and the pageable share is the ratio of
 two sums. From every NCCL call: duration and bytes by operation; from every
 collective matched across its ranks (otelbpf/semantics/nccl_lateness.py): how
 late its rank entered it after the first rank, by communicator, rank and
-operation. GPU memory reserved is a gauge per process (otelbpf/semantics/gpu_state.py
+operation. From every collective joined across nodes
+(otelbpf/semantics/nccl_collectives.py): per rank and communicator, its time inside the
+collective and, before it, waiting for the GPU, on and off the CPU (``otelbpf.nccl.time``
+by ``otelbpf.nccl.state``). GPU memory reserved is a gauge per process (otelbpf/semantics/gpu_state.py
 ``memory_gauges``); kernel launches a Sum per process read from the kernel
 (otelbpf/sources/gpu.py ``launch_sums``).
 """
@@ -47,6 +50,64 @@ def _is_matched_collective(span: SpanRecord) -> bool:
 def _lateness_seconds(span: SpanRecord) -> float:
     return span.attributes[sc.OTELBPF_NCCL_LATENESS] / 1e9  # type: ignore[operator]
 
+
+def _is_joined_collective(span: SpanRecord) -> bool:
+    return sc.OTELBPF_NCCL_COMM_HASH in span.attributes and sc.OTELBPF_NCCL_SEQUENCE in span.attributes
+
+
+def _interval_part(key: str):
+    """A joined collective's time in ``key`` (ns) before it, in seconds."""
+
+    def select(span: SpanRecord) -> bool:
+        return key in span.attributes and _is_joined_collective(span)
+
+    def value(span: SpanRecord) -> float:
+        return span.attributes[key] / 1e9  # type: ignore[operator]
+
+    return select, value
+
+
+def _host_select(span: SpanRecord) -> bool:
+    """A joined collective's interval with no off-CPU clock: host time not split."""
+    attrs = span.attributes
+    return sc.OTELBPF_NCCL_INTERVAL_DURATION in attrs and sc.OTELBPF_NCCL_INTERVAL_ON_CPU not in attrs and _is_joined_collective(span)
+
+
+def _host_seconds(span: SpanRecord) -> float:
+    attrs = span.attributes
+    return max(attrs[sc.OTELBPF_NCCL_INTERVAL_DURATION] - attrs[sc.OTELBPF_NCCL_INTERVAL_GPU_WAIT], 0) / 1e9  # type: ignore[operator]
+
+
+#: Per rank and communicator, the same on every node: what the slow-rank rule compares
+#: (deploy/prometheus/otelbpf-rules.yaml).
+_RANK_ATTRIBUTES = (sc.OTELBPF_NCCL_COMM_HASH, sc.OTELBPF_NCCL_RANK, sc.OTELBPF_NCCL_NRANKS)
+_RANK_TIME_DESCRIPTION = (
+    "A rank's time per collective of a communicator, by state: inside the collective (its wait: the slow rank"
+    " waits least), and since its previous one waiting for the GPU, on the CPU, off the CPU."
+)
+
+
+def _rank_time(state: str, select, value) -> SpanHistogram:
+    return SpanHistogram(
+        name=sc.OTELBPF_NCCL_TIME,
+        unit="s",
+        description=_RANK_TIME_DESCRIPTION,
+        boundaries=sc.GPU_DURATION_BOUNDARIES,
+        attributes=_RANK_ATTRIBUTES,
+        select=select,
+        value=value,
+        fixed_attributes=((sc.OTELBPF_NCCL_STATE, state),),
+        requires=sc.OTELBPF_NCCL_COMM_HASH,
+    )
+
+
+RANK_INSTRUMENTS: tuple[SpanHistogram, ...] = (
+    _rank_time("collective", _is_joined_collective, duration_seconds),
+    _rank_time("gpu_wait", *_interval_part(sc.OTELBPF_NCCL_INTERVAL_GPU_WAIT)),
+    _rank_time("on_cpu", *_interval_part(sc.OTELBPF_NCCL_INTERVAL_ON_CPU)),
+    _rank_time("off_cpu", *_interval_part(sc.OTELBPF_NCCL_INTERVAL_OFF_CPU)),
+    _rank_time("host", _host_select, _host_seconds),
+)
 
 CUDA_INSTRUMENTS: tuple[SpanHistogram, ...] = (
     SpanHistogram(
@@ -98,4 +159,4 @@ NCCL_INSTRUMENTS: tuple[SpanHistogram, ...] = (
         select=_is_matched_collective,
         value=_lateness_seconds,
     ),
-)
+) + RANK_INSTRUMENTS

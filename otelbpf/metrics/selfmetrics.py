@@ -163,6 +163,8 @@ class AgentMetrics:
     start_ns: int
     sums: list[SumMetric]
     gauges: list[GaugeMetric]
+    #: gauges with attributes (NCCL's RAS view: per communicator, per rank); SumMetric's shape
+    gauge_points: list[SumMetric] = field(default_factory=list)
 
 
 class GaugeReader:

@@ -8,7 +8,11 @@
 * ``/readyz`` (readiness): 200 once the probes are attached.
 * ``/metrics``: the self-metrics counters in the Prometheus text format
   (``otelbpf_events_total`` ...), for a ServiceMonitor or scrape annotations.
-  The same counters go out over OTLP with the span metrics.
+  The same counters go out over OTLP with the span metrics. With
+  ``--prometheus-port`` (the same port or another), every metric the agent
+  exports instead: span metrics, GPU and NCCL metrics, NCCL's RAS view and
+  the self-metrics, named as OpenTelemetry's Prometheus compatibility says
+  (otelbpf/metrics/prometheus.py).
 
 A stdlib HTTP server on a daemon thread: a scrape costs one pass over the
 counters; nothing here touches the pipeline.
@@ -70,9 +74,13 @@ def prometheus_text(counters, label_key) -> str:
 
 
 class HealthServer:
-    def __init__(self, port: int, heartbeat: Heartbeat, counters, host: str = "0.0.0.0") -> None:
+    """``metrics_text``: what ``/metrics`` serves (default: the self-metrics counters)."""
+
+    def __init__(self, port: int, heartbeat: Heartbeat, counters, host: str = "0.0.0.0", metrics_text=None) -> None:
         self.heartbeat = heartbeat
         server = self
+        if metrics_text is None:
+            metrics_text = lambda: prometheus_text(counters, label_key)  # noqa: E731
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
@@ -84,7 +92,13 @@ class HealthServer:
                     ok = server.heartbeat.ready
                     self._reply(200 if ok else 503, "ready\n" if ok else "attaching probes\n")
                 elif path == "/metrics":
-                    self._reply(200, prometheus_text(counters, label_key), "text/plain; version=0.0.4")
+                    try:
+                        text = metrics_text()
+                    except Exception:  # noqa: BLE001 - a scrape never takes the agent down
+                        log.exception("otelbpf: /metrics failed")
+                        self._reply(500, "metrics collection failed\n")
+                        return
+                    self._reply(200, text, "text/plain; version=0.0.4; charset=utf-8")
                 else:
                     self._reply(404, "not found\n")
 
@@ -104,9 +118,9 @@ class HealthServer:
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="otelbpf-health", daemon=True)
 
-    def start(self) -> HealthServer:
+    def start(self, what: str = "health and self-metrics") -> HealthServer:
         self._thread.start()
-        log.info("otelbpf: health and metrics on :%d (/healthz, /readyz, /metrics)", self.port)
+        log.info("otelbpf: %s on :%d (/healthz, /readyz, /metrics)", what, self.port)
         return self
 
     def close(self) -> None:

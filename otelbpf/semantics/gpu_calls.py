@@ -18,6 +18,7 @@ from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import AttributeValue, SpanRecord, StatusCode
 from otelbpf.semantics.common import CallSemantics
 from otelbpf.semantics.gpu_functions import (
+    CUDA_BLOCKING_COPIES,
     CUDA_COPIES,
     CUDA_DEVICE_ALLOCS,
     CUDA_DEVICE_FREES,
@@ -29,11 +30,16 @@ from otelbpf.semantics.gpu_functions import (
     NCCL_COLLECTIVES,
     NCCL_COMM_INITS,
     NCCL_DATATYPES,
+    NCCL_ORDERED_COLLECTIVES,
     NCCL_REDUCE_OPS,
     as_c_int,
     decode_comm_init,
 )
 from otelbpf.semantics.gpu_state import GpuState, bounded_put
+from protocols.nccl.comm_hash import format_comm_hash
+
+#: ncclResult_t of a non-blocking communicator's set-up still in progress (the handle is valid)
+NCCL_IN_PROGRESS = 7
 
 
 def _finish(start: SpanStart, call: CallEvent, scope: str, attrs: dict[str, AttributeValue], failed: str) -> SpanRecord:
@@ -81,6 +87,8 @@ class CudaCalls(CallSemantics):
         if not ok:
             attrs[sc.OTELBPF_GPU_ERROR_CODE] = code
             attrs[sc.ERROR_TYPE] = str(code)  # the error code: few values, as error.type asks
+        if name_waits_for_gpu(call.function, attrs):
+            self.state.intervals.gpu_wait(call)
         span = _finish(start, call, self.library, attrs, "" if ok else f"CUDA error {code}")
         if self.state.min_call_ns:
             self.state.fold(start, span)
@@ -140,6 +148,12 @@ class CudaCalls(CallSemantics):
                 attrs[sc.OTELBPF_GPU_STREAM] = args[stream_i]
 
 
+def name_waits_for_gpu(name: str, attrs: dict[str, AttributeValue]) -> bool:
+    """Whether the calling thread waited for the GPU in this call: a synchronisation, a blocking
+    copy, or an async copy from pageable memory (synchronous in effect)."""
+    return name in CUDA_SYNCS or name in CUDA_BLOCKING_COPIES or attrs.get(sc.OTELBPF_GPU_MEMCPY_PAGEABLE) is True
+
+
 # -- NCCL -------------------------------------------------------------------------------------
 
 
@@ -178,6 +192,8 @@ class NcclCalls(CallSemantics):
                     attrs[sc.OTELBPF_NCCL_RANK] = entry.rank
                     if self.state.stragglers.may_all_be_here(entry):
                         bounded_put(self.state.entries, start.span_id, entry)  # held until its collective is whole
+                if name in NCCL_ORDERED_COLLECTIVES:
+                    self._place(start, call, name[4:], args[comm_i], attrs)
         elif name in NCCL_COMM_INITS:
             nranks, rank, unique_id = decode_comm_init(args)
             attrs[sc.OTELBPF_NCCL_NRANKS] = nranks
@@ -188,9 +204,16 @@ class NcclCalls(CallSemantics):
                 attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{call.out0:x}"
                 if unique_id and as_c_int(call.ret) == 0:
                     self.state.stragglers.joined(call.pid, call.out0, unique_id, rank, nranks, call.ts_ns)
+                if as_c_int(call.ret) in (0, NCCL_IN_PROGRESS):
+                    comm = self.state.collectives.joined(
+                        call.pid, call.out0, call.payload, rank, nranks, self.state.nccl_version(call.pid)
+                    )
+                    if comm is not None:
+                        attrs[sc.OTELBPF_NCCL_COMM_HASH] = format_comm_hash(comm)
         elif name == "ncclCommDestroy":
             attrs[sc.OTELBPF_NCCL_COMMUNICATOR] = f"{args[0]:x}"
             self.state.stragglers.left(call.pid, args[0])
+            self.state.collectives.left(call.pid, args[0])
         result = as_c_int(call.ret)
         if result:
             attrs[sc.OTELBPF_NCCL_RESULT] = result
@@ -199,3 +222,25 @@ class NcclCalls(CallSemantics):
         if self.state.call_observer is not None:
             self.state.call_observer(start, call, attrs)
         return span
+
+    def _place(self, start: SpanStart, call: CallEvent, operation: str, handle: int,
+               attrs: dict[str, AttributeValue]) -> None:  # fmt: skip
+        """An ordered collective: its instance across ranks and nodes (its span moves to that
+        trace on its way out), and the rank's time since its previous collective."""
+        state = self.state
+        instance, unjoined = state.collectives.instance(call, operation, handle)
+        if instance is not None:
+            attrs[sc.OTELBPF_NCCL_COMM_HASH] = format_comm_hash(instance.comm)
+            attrs[sc.OTELBPF_NCCL_SEQUENCE] = instance.seq
+            attrs[sc.OTELBPF_NCCL_RANK] = instance.rank
+            attrs[sc.OTELBPF_NCCL_NRANKS] = instance.nranks
+            bounded_put(state.instances, start.span_id, instance)
+        else:
+            attrs[sc.OTELBPF_NCCL_UNJOINED] = unjoined
+        interval = state.intervals.collective(call)
+        if interval is not None:
+            attrs[sc.OTELBPF_NCCL_INTERVAL_DURATION] = interval.duration
+            attrs[sc.OTELBPF_NCCL_INTERVAL_GPU_WAIT] = interval.gpu_wait
+            if interval.on_cpu is not None:
+                attrs[sc.OTELBPF_NCCL_INTERVAL_ON_CPU] = interval.on_cpu
+                attrs[sc.OTELBPF_NCCL_INTERVAL_OFF_CPU] = interval.off_cpu

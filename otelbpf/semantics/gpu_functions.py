@@ -61,6 +61,9 @@ CUDA_HOST_FREES = {"cudaFreeHost", "cuMemFreeHost", "cudaHostUnregister", "cuMem
 CUDA_SYNCS = {"cudaDeviceSynchronize": None, "cudaStreamSynchronize": 0, "cudaEventSynchronize": None,
               "cuCtxSynchronize": None, "cuStreamSynchronize": 0, "cuEventSynchronize": None}
 
+#: Copies that return only when the transfer is done (no Async): the thread waits for the GPU.
+CUDA_BLOCKING_COPIES = frozenset(name for name in CUDA_COPIES if "Async" not in name)
+
 #: Every CUDA function the spans know (otelbpf/sources/gpu.py probes these).
 CUDA_FUNCTIONS = tuple(CUDA_COPIES) + tuple(CUDA_DEVICE_ALLOCS) + tuple(CUDA_DEVICE_FREES) + tuple(
     CUDA_HOST_ALLOCS
@@ -86,6 +89,13 @@ NCCL_COLLECTIVES: dict[str, tuple[int, int, int | None, tuple[str, int] | None, 
     "ncclSend": (1, 2, None, (sc.OTELBPF_NCCL_PEER, 3), 4),
     "ncclRecv": (1, 2, None, (sc.OTELBPF_NCCL_PEER, 3), 4),
 }
+#: NCCL's function index (ncclFunc_t: the order of RAS's per-function counts), then send and receive;
+#: the kernel counts each collective's calls per communicator handle under it (bpf/calls.c comm_seqs).
+NCCL_FUNCTION_INDEX = {"ncclBroadcast": 0, "ncclReduce": 1, "ncclAllGather": 2, "ncclReduceScatter": 3,
+                       "ncclAllReduce": 4, "ncclSend": 5, "ncclRecv": 6}
+#: The collectives every rank of a communicator makes in the same order: those whose instances
+#: are joined across ranks (send and receive pair two ranks only).
+NCCL_ORDERED_COLLECTIVES = frozenset(("ncclBroadcast", "ncclReduce", "ncclAllGather", "ncclReduceScatter", "ncclAllReduce"))
 #: communicator set-up: (comm**, int nranks, ncclUniqueId by value (128 bytes: on the stack), int rank, ...)
 NCCL_COMM_INITS = ("ncclCommInitRank", "ncclCommInitRankConfig")
 NCCL_FUNCTIONS = tuple(NCCL_COLLECTIVES) + NCCL_COMM_INITS + ("ncclCommDestroy",)

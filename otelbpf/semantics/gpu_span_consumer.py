@@ -5,8 +5,9 @@ being served, so what the calls booked in the
 :class:`~otelbpf.semantics.gpu_state.GpuState` (kernel launches, folded short
 calls) is written on the request span here, when that span leaves: this
 wraps the pipeline's span consumer. It also keeps folded calls out of the
-export and holds NCCL collective spans until their collective is whole
-(otelbpf/semantics/nccl_lateness.py). It sees every span of every protocol:
+export, holds NCCL collective spans until their collective is whole
+(otelbpf/semantics/nccl_lateness.py) and moves each into its collective
+instance's trace (otelbpf/semantics/nccl_collectives.py). It sees every span of every protocol:
 with nothing GPU pending it costs one check.
 """
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 from otelbpf import semconv as sc
 from otelbpf.core.model import SpanRecord
 from otelbpf.semantics.gpu_state import GpuState
+from otelbpf.semantics.nccl_collectives import join_instance
 
 
 class GpuSpanConsumer:
@@ -25,7 +27,9 @@ class GpuSpanConsumer:
       when the launches were timed), and with the calls folded under it;
     * a folded call's span goes to the span metrics only;
     * an NCCL collective span of a communicator whose ranks are all traced
-      here waits in the hold until its collective is whole, and leaves marked.
+      here waits in the hold until its collective is whole, and leaves marked;
+    * an NCCL collective span whose instance is known leaves in that instance's
+      trace, linked to the span that issued it (otelbpf/semantics/nccl_collectives.py).
     """
 
     def __init__(self, consumer, state: GpuState) -> None:
@@ -38,7 +42,7 @@ class GpuSpanConsumer:
     def on_end(self, span: SpanRecord) -> None:
         state = self.state
         if not (state.deferred or state.folded or state.entries or state.launches or state.folds
-                or state.holds.collectives):
+                or state.holds.collectives or state.instances):
             # nothing GPU pending (always so for a host without GPU calls): one check, no _pass frame
             self._consumer_on_end(span)
             return
@@ -68,6 +72,10 @@ class GpuSpanConsumer:
 
     def _pass(self, span: SpanRecord) -> None:
         state = self.state
+        if state.instances:
+            instance = state.instances.pop(span.span_id, None)
+            if instance is not None:  # after the hold (keyed by the call's own span id) and any parent decision
+                join_instance(span, instance)
         if state.launches:
             taken = state.take_launches(span)
             if taken is not None:

@@ -14,3 +14,4 @@ cdef class GpuState:
     cdef public object folded
     cdef public object entries
     cdef public object holds
+    cdef public object instances

@@ -21,6 +21,7 @@ from otelbpf import semconv as sc
 from otelbpf.core.events import CallEvent
 from otelbpf.core.identity import SpanStart
 from otelbpf.core.model import SpanRecord, StatusCode
+from otelbpf.semantics.nccl_collectives import CollectiveInstance, CollectiveTraces, RankIntervals
 from otelbpf.semantics.nccl_lateness import CollectiveHold, Entry, StragglerDetector
 
 #: Parent spans whose launches are remembered at once (the oldest is dropped beyond).
@@ -100,6 +101,14 @@ class GpuState:
         #: GPU profiles (otelbpf/profiles/gpu.py): called with (start, call, span attributes) for
         #: every CUDA/NCCL call once its span is built (None: no profiles)
         self.call_observer = None
+        #: collective instances across ranks and nodes (otelbpf/semantics/nccl_collectives.py)
+        self.collectives = CollectiveTraces(counters)
+        #: span id -> its collective instance, for collective spans on their way to their instance's trace
+        self.instances: OrderedDict[bytes, CollectiveInstance] = OrderedDict()
+        #: each collective-issuing thread's time between its collectives
+        self.intervals = RankIntervals()
+        #: pid -> the version of the NCCL library it calls (None: not known); set by the assembly
+        self.nccl_version = lambda pid: None
 
     def place_off_request(self, call: CallEvent) -> SpanStart | None:
         """A call on a thread that serves no request (not in an asyncio task): a child of its thread's engine step."""
@@ -115,6 +124,8 @@ class GpuState:
         self.processes.pop(pid, None)
         self.launches_by_pid.pop(pid, None)
         self.stragglers.forget(pid)
+        self.collectives.forget(pid)
+        self.intervals.forget(pid)
 
     def memory_gauges(self) -> dict[int, list[tuple[str, str, str, int]]]:
         """pid -> its GPU memory gauges, for processes that allocated any (read by the metrics thread)."""

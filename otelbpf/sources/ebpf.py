@@ -53,7 +53,9 @@ from otelbpf.sources.ebpf_program import (
     CaptureConfig,
     CaptureError,
     SockCapture,
+    RankClocks,
     compile_flags,
+    plan_rank_clocks,
     plan_sock_capture,
     program_text,
     regs_read_choice,
@@ -120,7 +122,8 @@ class EbpfSource:
         self._watched: set[int] = set()
         #: (spec name, function) -> EV_CALL probe id
         self._probe_ids: dict[tuple[str, str], int] = {}
-        self._call_specs: dict[str, tuple[ProbeSpec, str, int]] = {}  # spec name -> (spec, library label, site flags)
+        #: spec name -> (spec, library label, site flags, function -> more site flags)
+        self._call_specs: dict[str, tuple[ProbeSpec, str, int, dict[str, int]]] = {}
         #: GPU library probes (None: --no-gpu, or not started)
         self.gpu = None
         #: Processes traced from the start (--pid, --comm): probed eagerly.
@@ -145,6 +148,10 @@ class EbpfSource:
         #: cross-node trace context: what runs (set by start()), and its attachments
         self.propagation_plan: PropagationPlan | None = None
         self.propagation: KernelPropagation | None = None
+        #: off-CPU clocks of the threads issuing NCCL collectives (bpf/ranks.c; set by start())
+        self.rank_clocks: RankClocks | None = None
+        #: the clocks' sched_switch program is attached (once a process maps NCCL)
+        self.rank_clocks_running = False
 
     # -- start-up ---------------------------------------------------------
 
@@ -170,6 +177,10 @@ class EbpfSource:
         if self.propagation_plan.reasons:
             log.warning("cross-node context: %s", self.propagation_plan.describe())
         cflags += self.propagation_plan.cflags()
+        self.rank_clocks = plan_rank_clocks(self.config)
+        cflags += self.rank_clocks.cflags()
+        if self.config.capture_gpu and not self.rank_clocks.enabled:
+            log.warning("NCCL ranks: no off-CPU clocks (%s): host time between collectives is not split", self.rank_clocks.reason)
         plan = plan_sock_capture()
         if plan.raw:
             try:
@@ -377,6 +388,34 @@ class EbpfSource:
         if excluded:
             self._initial_pids = [pid for pid in self._initial_pids if pid not in excluded]
 
+    def nccl_pids(self) -> list[int]:
+        """The traced processes that map an NCCL library (read by the RAS poller's thread)."""
+        return list(self.gpu.nccl_versions) if self.gpu is not None else []
+
+    def event_time_ns(self, monotonic_ns: int) -> int:
+        """A CLOCK_MONOTONIC time on the events' clock (what the records' times become)."""
+        return monotonic_ns + self.decoder.clock_offset_ns
+
+    def nccl_version(self, pid: int) -> tuple[int, int, int] | None:
+        """The version of the NCCL library probed in ``pid`` (None: not known)."""
+        return self.gpu.nccl_version(pid) if self.gpu is not None else None
+
+    def start_rank_clocks(self) -> bool:
+        """Attach bpf/ranks.c's sched_switch program (once): a process maps NCCL, so its
+        collective-issuing threads get off-CPU clocks. Until then no context switch on the
+        host runs it. True if the clocks run."""
+        if self.rank_clocks_running or self._bpf is None or not (self.rank_clocks and self.rank_clocks.enabled):
+            return self.rank_clocks_running
+        try:
+            self._bpf.attach_raw_tracepoint(tp=b"sched_switch", fn_name=b"rank_sched_switch")
+        except Exception as exc:  # noqa: BLE001 - BCC raises plain Exception; the spans work without clocks
+            log.warning("NCCL ranks: cannot attach the off-CPU clocks to sched_switch: %s", _last_line(exc))
+            self.rank_clocks = RankClocks(False, f"sched_switch: {_last_line(exc)}")
+            return False
+        self.rank_clocks_running = True
+        log.info("NCCL ranks: off-CPU clocks of collective-issuing threads on (sched_switch)")
+        return True
+
     def table(self, name: str):
         """A map of the loaded program, by name (for families outside the source)."""
         return self._bpf[name]
@@ -450,14 +489,15 @@ class EbpfSource:
 
     def add_call_probe(
         self, name: str, library: str, symbols: tuple[str, ...], returns: bool = True, label: str = "",
-        flags: int = 0, hint: bytes = b"",
+        flags: int = 0, hint: bytes = b"", function_flags: dict[str, int] | None = None,
     ) -> None:
         """Probe ``symbols`` in every watched (and later watched) process mapping a
         file matching the regex ``library`` (or containing ``hint``): each call
         becomes a CallEvent whose ``library`` is ``label`` (default: the mapped
-        file's name). ``flags``: bpf/calls.c's per-site CALL_* flags."""
+        file's name). ``flags``: bpf/calls.c's per-site CALL_* flags, with
+        ``function_flags[function]`` added for that function's sites."""
         spec = ProbeSpec(name, library, tuple(symbols), entry="call_enter", ret="call_return" if returns else None, hint=hint)
-        self._call_specs[name] = (spec, label, flags)
+        self._call_specs[name] = (spec, label, flags, dict(function_flags or {}))
         self.add_probe(spec)
 
     def add_probe(self, spec: ProbeSpec) -> None:
@@ -471,8 +511,9 @@ class EbpfSource:
         known = self._call_specs.get(attachment.spec.name)
         if known is None or not attachment.runtime_addr:
             return
-        spec, label, flags = known
+        spec, label, flags, function_flags = known
         function = attachment.symbol.names[0].split("@", 1)[0]
+        flags |= function_flags.get(function, 0)
         probe_id = self._probe_ids.setdefault((spec.name, function), len(self._probe_ids) + 1)
         self.decoder.probe_names[probe_id] = (label or os.path.basename(attachment.mapped), function)
         table = self._bpf["call_sites"]

@@ -45,7 +45,9 @@ DATAGRAM_INFO = struct.Struct("<HHB3x16s")
 # struct proc_info
 PROC_INFO = struct.Struct("<16s256s")
 # struct call_info
-CALL_INFO = struct.Struct("<IIQ6QqQQQQ")
+CALL_INFO = struct.Struct("<IIQ6QqQQQQQQQ")
+#: call_info.call_flags: the off-CPU clocks were read (bpf/ranks.c)
+CALL_INFO_CLOCKED = 1
 # struct trace_ctx (after an EV_DATA record's payload when flagged DF_TRACE_CTX)
 TRACE_CTX = struct.Struct("<16s8sBBBBI")
 
@@ -306,13 +308,18 @@ class RecordDecoder:
                 self.malformed += 1
                 return
             (
-                probe_id, _flags, end_ns, a0, a1, a2, a3, a4, a5, ret, launches, first_launch, out0, launch_ns,
+                probe_id, call_flags, end_ns, a0, a1, a2, a3, a4, a5, ret, launches, first_launch, out0, launch_ns,
+                off_cpu_entry, off_cpu_return, comm_seq,
             ) = CALL_INFO.unpack_from(raw, header_size)  # fmt: skip
             library, function = self.probe_names.get(probe_id, ("", f"probe#{probe_id}"))
+            start = header_size + CALL_INFO.size
+            clocked = call_flags & CALL_INFO_CLOCKED
             out.append(
                 CallEvent(
                     ts, end_ns + offset, tgid, tid, library, function, (a0, a1, a2, a3, a4, a5), ret, task_id,
                     launches, first_launch + offset if first_launch else 0, out0, launch_ns,
+                    bytes(raw[start : start + captured]) if captured else b"",
+                    off_cpu_entry if clocked else -1, off_cpu_return if clocked else -1, comm_seq,
                 )
             )
         else:

@@ -11,6 +11,9 @@ by `otelbpf doctor` without loading anything:
 * :func:`plan_sock_capture`: whether socket payloads are captured at raw
   tracepoints (struct sock offsets from the kernel's BTF) or classic ones
   (:class:`SockCapture`);
+* :func:`plan_rank_clocks`: whether the threads that issue NCCL collectives
+  get off-CPU clocks (bpf/ranks.c: task_struct's pid offset from BTF), as
+  :class:`RankClocks`;
 * the environment's say: OTELBPF_SOCK_TRACEPOINTS, OTELBPF_REGS_READ
   (:func:`regs_read_choice`), OTELBPF_WHOLE_CAPTURE
   (:func:`whole_capture_wanted`).
@@ -291,3 +294,43 @@ def plan_sock_capture(btf_path: str = btf.VMLINUX) -> SockCapture:
     if protocol_size not in (1, 2):
         return SockCapture(False, f"struct sock's sk_protocol is {protocol_size} bytes, not 1 or 2")
     return SockCapture(True, f"from {btf_path}", family_offset, protocol_offset, protocol_size)
+
+
+#: TP_PROTO of the sched_switch raw tracepoint (include/trace/events/sched.h, Linux >= 5.18).
+SCHED_SWITCH_ARGS = ["bool", "struct task_struct *", "struct task_struct *", "unsigned int"]
+
+
+@dataclass(frozen=True)
+class RankClocks:
+    """Whether bpf/ranks.c is compiled in: the off-CPU clocks of the threads that issue NCCL
+    collectives, kept by a raw sched_switch tracepoint that reads the switching-in task's
+    pid at its BTF offset. Without them the time between a rank's collectives is split into
+    GPU waits and the rest, not on-CPU and off-CPU (docs/gpu.md)."""
+
+    enabled: bool
+    #: why not, or where the offset came from
+    reason: str
+    task_pid_offset: int = 0
+
+    def cflags(self) -> list[str]:
+        if not self.enabled:
+            return ["-DRANK_CLOCKS=0"]
+        return ["-DRANK_CLOCKS=1", f"-DTASK_PID_OFF={self.task_pid_offset}"]
+
+
+def plan_rank_clocks(config: CaptureConfig, btf_path: str = btf.VMLINUX) -> RankClocks:
+    """Rank clocks when GPU calls are probed and this kernel's BTF gives sched_switch's
+    prototype and task_struct's pid (a 4-byte pid_t)."""
+    if not config.capture_gpu:
+        return RankClocks(False, "GPU calls are not probed (--no-gpu)")
+    try:
+        types = btf.load(btf_path)
+        args = types.raw_tracepoint_args("sched_switch")
+        if args != SCHED_SWITCH_ARGS:
+            raise btf.BtfError(f"raw tracepoint sched_switch takes ({', '.join(args)})")
+        offset, size = types.member("task_struct", "pid").byte_field()
+    except btf.BtfError as exc:
+        return RankClocks(False, f"no BTF offsets: {exc}")
+    if size != 4:
+        return RankClocks(False, f"task_struct's pid is {size} bytes, not 4")
+    return RankClocks(True, f"from {btf_path}", offset)

@@ -31,8 +31,12 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass, field
+
+from elftools.common.exceptions import ELFError
+from elftools.elf.elffile import ELFFile
 
 from otelbpf import semconv as sc
 from otelbpf.host.procfs import executable_mappings
@@ -40,6 +44,8 @@ from otelbpf.semantics.gpu_functions import (
     CUDA_FUNCTIONS,
     CUDA_OUT_POINTER_FUNCTIONS,
     CUDA_STACK_FUNCTIONS,
+    NCCL_COLLECTIVES,
+    NCCL_FUNCTION_INDEX,
     NCCL_FUNCTIONS,
     NCCL_OUT_POINTER_FUNCTIONS,
     NCCL_STACK_FUNCTIONS,
@@ -57,6 +63,28 @@ CALL_READS_STACK_ARG = 16
 CALL_READS_ARG2_POINTEE = 32
 #: GPU profiles: an outermost call takes a stack sample at entry (bpf/profile.c gpu_stack_sample)
 CALL_STACK = 64
+#: bpf/ranks.c: a collective clocks its thread's time off the CPU from then on (CALL_RANK_CLOCK);
+#: a call of a clocked thread reads that clock at entry and return (CALL_CLOCKED)
+CALL_RANK_CLOCK = 128
+CALL_CLOCKED = 256
+#: bpf/calls.c comm_seqs: a collective takes the next number of its (handle, function), the handle
+#: in argument CALL_COMM_ARG, the counter CALL_COMM_FUNC; set-up and destruction start a handle over
+CALL_COMM_SEQ = 512
+CALL_COMM_RESET = 1024
+
+
+def comm_seq_flags(function: str) -> int:
+    """The site flags that count ``function``'s calls per communicator handle (0: not counted:
+    its handle is not in a register, as ncclReduce's)."""
+    comm_index = NCCL_COLLECTIVES[function][4]
+    if comm_index is None:
+        return 0
+    return CALL_COMM_SEQ | comm_index << 16 | NCCL_FUNCTION_INDEX[function] << 20
+
+
+#: function -> its own site flags, beside its spec's
+FUNCTION_FLAGS = {name: comm_seq_flags(name) for name in NCCL_COLLECTIVES}
+FUNCTION_FLAGS.update({name: CALL_COMM_RESET for name in NCCL_OUT_POINTER_FUNCTIONS + ("ncclCommDestroy",)})
 #: The functions that do (allocations, pinning, copies, synchronisations, collectives).
 STACK_FUNCTIONS = CUDA_STACK_FUNCTIONS | NCCL_STACK_FUNCTIONS
 #: How ncclCommInitRank(comm*, nranks, ncclUniqueId id, rank) receives its 128-byte id, per
@@ -90,7 +118,8 @@ TIMED_LAUNCH_SPEC = ProbeSpec(
 
 _runtime = tuple(f for f in CUDA_FUNCTIONS if f.startswith("cuda"))
 _driver = tuple(f for f in CUDA_FUNCTIONS if not f.startswith("cuda"))
-_TIMELINE = CALL_OUTERMOST_ONLY | CALL_TAKES_LAUNCHES
+_TIMELINE = CALL_OUTERMOST_ONLY | CALL_TAKES_LAUNCHES | CALL_CLOCKED
+_collectives = tuple(NCCL_COLLECTIVES)
 
 #: (spec name, library regex, hint, functions, flags, label)
 CALL_PROBES = (
@@ -98,7 +127,8 @@ CALL_PROBES = (
     ("gpu.cudart.alloc", CUDART, b"cudaMemcpyAsync", tuple(f for f in _runtime if f in CUDA_OUT_POINTER_FUNCTIONS), _TIMELINE | CALL_READS_OUT0, sc.OTELBPF_SCOPE_CUDA),
     ("gpu.cuda", CUDA_DRIVER, b"cuMemcpyHtoDAsync", tuple(f for f in _driver if f not in CUDA_OUT_POINTER_FUNCTIONS), _TIMELINE, sc.OTELBPF_SCOPE_CUDA),
     ("gpu.cuda.alloc", CUDA_DRIVER, b"cuMemcpyHtoDAsync", tuple(f for f in _driver if f in CUDA_OUT_POINTER_FUNCTIONS), _TIMELINE | CALL_READS_OUT0, sc.OTELBPF_SCOPE_CUDA),
-    ("gpu.nccl", NCCL, b"ncclAllReduce", tuple(f for f in NCCL_FUNCTIONS if f not in NCCL_OUT_POINTER_FUNCTIONS), _TIMELINE, sc.OTELBPF_SCOPE_NCCL),
+    ("gpu.nccl", NCCL, b"ncclAllReduce", _collectives, _TIMELINE | CALL_RANK_CLOCK, sc.OTELBPF_SCOPE_NCCL),
+    ("gpu.nccl.comm", NCCL, b"ncclAllReduce", tuple(f for f in NCCL_FUNCTIONS if f not in NCCL_OUT_POINTER_FUNCTIONS + _collectives), _TIMELINE, sc.OTELBPF_SCOPE_NCCL),
     ("gpu.nccl.init", NCCL, b"ncclAllReduce", NCCL_OUT_POINTER_FUNCTIONS, _TIMELINE | CALL_READS_OUT0 | nccl_id_flag(), sc.OTELBPF_SCOPE_NCCL),
 )
 
@@ -117,6 +147,8 @@ class GpuProbes:
     timed_launches: bool = False
     #: pid -> mapped file -> probed functions (launch counters included)
     probed: dict[int, dict[str, set[str]]] = field(default_factory=dict)
+    #: pid -> the version of the NCCL library probed in it (None: no version string found)
+    nccl_versions: dict[int, tuple[int, int, int] | None] = field(default_factory=dict)
     #: final launch totals of processes that exited, until the next read: pid -> (launches, ns)
     _exited_totals: dict[int, tuple[int, int]] = field(default_factory=dict, init=False, repr=False)
     #: the metrics thread reads the totals while the agent's thread forgets exited processes
@@ -134,19 +166,25 @@ class GpuProbes:
             stacked = tuple(f for f in functions if f in STACK_FUNCTIONS) if self.stacks else ()
             plain = tuple(f for f in functions if f not in stacked)
             if plain:
-                self.source.add_call_probe(name, library, plain, returns=True, label=label, flags=flags, hint=hint)
+                self.source.add_call_probe(name, library, plain, returns=True, label=label, flags=flags, hint=hint,
+                                           function_flags=FUNCTION_FLAGS)  # fmt: skip
             if stacked:
                 self.source.add_call_probe(
-                    f"{name}.stack", library, stacked, returns=True, label=label, flags=flags | CALL_STACK, hint=hint
+                    f"{name}.stack", library, stacked, returns=True, label=label, flags=flags | CALL_STACK, hint=hint,
+                    function_flags=FUNCTION_FLAGS,
                 )
         self.source.add_probe(TIMED_LAUNCH_SPEC if self.timed_launches else LAUNCH_SPEC)
 
     def report(self, pid: int, attached: list[Attachment]) -> None:
-        """Log, once per process and file, the GPU functions just probed there."""
+        """Log, once per process and file, the GPU functions just probed there. A process
+        mapping NCCL has its library's version read (which commHash it computes) and starts
+        the rank clocks (bpf/ranks.c)."""
         new: dict[str, set[str]] = {}
         for attachment in attached:
             if not attachment.spec.name.startswith("gpu."):
                 continue
+            if attachment.spec.name.startswith("gpu.nccl") and pid not in self.nccl_versions:
+                self._found_nccl(pid, attachment.mapped)
             names = {n.split("@", 1)[0] for n in attachment.symbol.names}
             new.setdefault(attachment.mapped, set()).update(names)
         files = self.probed.setdefault(pid, {})
@@ -161,9 +199,24 @@ class GpuProbes:
                 f", launches counted at {', '.join(launches)}" if launches else "",
             )
 
+    def _found_nccl(self, pid: int, mapped: str) -> None:
+        version = nccl_library_version(f"/proc/{pid}/root{mapped}")
+        if len(self.nccl_versions) < MAX_EXITED_TOTALS * 4:
+            self.nccl_versions[pid] = version
+        start_clocks = getattr(self.source, "start_rank_clocks", None)
+        if start_clocks is not None:
+            start_clocks()
+        log.info("GPU: pid %d: NCCL %s", pid, ".".join(map(str, version)) if version else "of unknown version")
+
+    def nccl_version(self, pid: int) -> tuple[int, int, int] | None:
+        """The version of the NCCL library probed in ``pid`` (None: none, or no version string)."""
+        return self.nccl_versions.get(pid)
+
     def forget(self, pid: int) -> None:
-        """The process exited: keep its final launch totals for the next read, free its BPF entry."""
+        """The process exited: keep its final launch totals for the next read, free its BPF entries."""
         self.probed.pop(pid, None)
+        if self.nccl_versions.pop(pid, "none") != "none":
+            self._forget_communicators(pid)
         table = self._totals_table()
         if table is None:
             return
@@ -175,6 +228,18 @@ class GpuProbes:
                 return
             if len(self._exited_totals) < MAX_EXITED_TOTALS:
                 self._exited_totals[pid] = (int(leaf.count), int(leaf.time_ns))
+            try:
+                del table[key]
+            except KeyError:
+                pass
+
+    def _forget_communicators(self, pid: int) -> None:
+        """Delete the exited process's collective counters (bpf/calls.c comm_seqs: not an LRU)."""
+        bpf = getattr(self.source, "_bpf", None)
+        if bpf is None:
+            return
+        table = bpf["comm_seqs"]
+        for key in [key for key in table.keys() if key.tgid == pid]:
             try:
                 del table[key]
             except KeyError:
@@ -203,6 +268,40 @@ class GpuProbes:
             for pid, files in sorted(self.probed.items())
             for mapped, names in sorted(files.items())
         ]
+
+
+#: NCCL's version banner, kept whole in .rodata so that `strings` finds it (src/init.cc VERSION_STRING).
+_NCCL_VERSION = re.compile(rb"NCCL version (\d+)\.(\d+)\.(\d+)")
+#: (device, inode, mtime) -> version found in that file
+_versions: dict[tuple[int, int, int], tuple[int, int, int] | None] = {}
+
+
+def nccl_library_version(path: str) -> tuple[int, int, int] | None:
+    """(major, minor, patch) from an NCCL library's version banner in its read-only data
+    (None: unreadable, or no banner). Read once per file (device, inode, mtime)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    key = (st.st_dev, st.st_ino, st.st_mtime_ns)
+    if key in _versions:
+        return _versions[key]
+    found = None
+    try:
+        with open(path, "rb") as f:
+            elf = ELFFile(f)
+            for name in (".rodata", ".rodata.str1.1", ".rodata.str1.8"):
+                section = elf.get_section_by_name(name)
+                match = _NCCL_VERSION.search(section.data()) if section is not None else None
+                if match:
+                    found = (int(match[1]), int(match[2]), int(match[3]))
+                    break
+    except (OSError, ELFError, ValueError):
+        found = None
+    if len(_versions) > 256:
+        _versions.clear()
+    _versions[key] = found
+    return found
 
 
 def launch_sums(source) -> dict[int, list[tuple[str, str, str, int | float]]]:

@@ -97,6 +97,10 @@ readOnlyRootFilesystem: {{ .Values.readOnlyRootFilesystem }}
 - {{ .Values.budget.nice | quote }}
 - --health-port
 - {{ .Values.healthPort | quote }}
+{{- if .Values.metrics.enabled }}
+- --prometheus-port
+- {{ .Values.healthPort | quote }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
