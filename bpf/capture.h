@@ -176,6 +176,31 @@ struct py_frame {
     __u64 flags; /* PYF_* */
 };
 
+/* What a sample needs to walk a CPython process's frames (the py_procs map, one per
+ * tgid; otelbpf/profiles/python/offsets.py PY_OFFSETS packs it). */
+struct py_offsets {
+    __u32 version;              /* major << 8 | minor */
+    __u32 tstate_frame;         /* PyThreadState -> frame / cframe / current_frame */
+    __u32 cframe_current_frame; /* _PyCFrame -> current_frame (3.11, 3.12), else NONE */
+    __u32 frame_previous;
+    __u32 frame_code;
+    __u32 frame_instr;
+    __u32 frame_owner;          /* is_entry (3.11) / owner (3.12+), else NONE */
+    __u32 owner_kind;           /* 0 none (3.10), 1 is_entry, 2 owner >= shim_owner is a shim */
+    __u32 shim_owner;           /* FRAME_OWNED_BY_CSTACK: 3 (3.12+; 3.14 adds 4, also a C frame) */
+    __u32 tstate_mode;          /* PY_TSTATE_*: where the thread's PyThreadState is */
+    __u32 tls_module;           /* PY_TSTATE_DTV: the interpreter file's TLS module id */
+    __u32 pad;
+    __s64 tls_offset;           /* PY_TSTATE_FS: from fsbase; PY_TSTATE_DTV: in the module's block */
+};
+
+/* py_offsets.tstate_mode: where a thread's PyThreadState is (otelbpf/profiles/python/thread_local.py).
+ * From the thread's own TLS (its thread pointer, task->thread.fsbase), its first sample
+ * has its Python frames; the tid map is filled from the interpreter's thread list. */
+#define PY_TSTATE_MAP 0 /* the py_tstates map only */
+#define PY_TSTATE_FS 1  /* *(fsbase + tls_offset): the PyGILState pthread key's slot, or static TLS */
+#define PY_TSTATE_DTV 2 /* *(*(*(fsbase + 8) + 16 * tls_module) + tls_offset): a shared libpython's TLS */
+
 /* EV_PROFILE: header (ts_ns, tgid, tid, task_id; captured_len = stack bytes)
  * + this + captured_len bytes of the user stack from stack_addr up. For
  * PROFILE_OFF_CPU, conn_id holds the switch-out time its EV_OFFCPU_END names. */

@@ -62,6 +62,11 @@ int main(void) {
     F(py_frame, code); F(py_frame, instr); F(py_frame, flags);
     printf("offcpu_end %zu\n", sizeof(struct offcpu_end));
     F(offcpu_end, blocked_ns);
+    printf("py_offsets %zu\n", sizeof(struct py_offsets));
+    F(py_offsets, version); F(py_offsets, tstate_frame); F(py_offsets, cframe_current_frame); F(py_offsets, frame_previous);
+    F(py_offsets, frame_code); F(py_offsets, frame_instr); F(py_offsets, frame_owner); F(py_offsets, owner_kind);
+    F(py_offsets, shim_owner); F(py_offsets, tstate_mode); F(py_offsets, tls_module); F(py_offsets, pad); F(py_offsets, tls_offset);
+    C(PY_TSTATE_MAP); C(PY_TSTATE_FS); C(PY_TSTATE_DTV);
     C(EV_PROFILE); C(EV_OFFCPU_END);
     C(PROFILE_ON_CPU); C(PROFILE_OFF_CPU); C(PROFILE_GPU_CALL); C(PROFILE_GPU_LAUNCH);
     /* PROFILE_KINDS */
@@ -196,6 +201,19 @@ def test_profile_records_match_c(c_layout):
     assert [c_layout[f"py_frame.{f}"] for f in ("code", "instr", "flags")] == _offsets_of(records.PY_FRAME.format)
     assert c_layout["offcpu_end"] == (records.OFFCPU_END.size,)
     assert c_layout["offcpu_end.blocked_ns"] == _offsets_of(records.OFFCPU_END.format)[0]
+
+
+def test_python_offsets_match_c(c_layout):
+    """The py_procs value user space writes (otelbpf/profiles/python/offsets.py) is bpf/capture.h's
+    struct py_offsets, and the thread-state modes are the same numbers on both sides."""
+    from otelbpf.profiles.python import offsets
+    from otelbpf.profiles.python import thread_local as tls
+
+    fields = ["version", "tstate_frame", "cframe_current_frame", "frame_previous", "frame_code", "frame_instr",
+              "frame_owner", "owner_kind", "shim_owner", "tstate_mode", "tls_module", "pad", "tls_offset"]  # fmt: skip
+    assert c_layout["py_offsets"] == (offsets.PY_OFFSETS.size,)
+    assert [c_layout[f"py_offsets.{f}"] for f in fields] == _offsets_of(offsets.PY_OFFSETS.format)
+    assert [c_layout[n][0] for n in ("PY_TSTATE_MAP", "PY_TSTATE_FS", "PY_TSTATE_DTV")] == [tls.MODE_NONE, tls.MODE_FS, tls.MODE_DTV]
 
 
 # -- saved user registers (ebpf_layout.SYSCALL_REGS) ---------------------------
