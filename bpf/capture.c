@@ -8,6 +8,7 @@
  *   socket.c    socket payload capture (sock:sock_{recv,send}_length + the
  *               per-syscall tracepoints of close/connect/accept/mmsg/recv exits)
  *   pytasks.c   CPython asyncio task steps (uprobes on PyIter_Send)
+ *   loader.c    the dynamic loader's debugger hook: a library was loaded (EV_LIB_LOAD)
  *   calls.c     generic library call probes (uprobes): EV_CALL
  *   tls.c       TLS plaintext (uprobes on OpenSSL SSL_read/SSL_write[_ex])
  *   profile.c   stack samples for profiles (CPU-clock perf event, sched_switch)
@@ -27,6 +28,7 @@
 #include "proc.c"
 #include "socket.c"
 #include "pytasks.c"
+#include "loader.c"
 #include "gpu.c"
 #include "calls.c"
 #include "tls.c"

@@ -19,6 +19,7 @@ enum event_type {
     EV_CALL = 8,       /* a library call seen by the generic uprobes */
     EV_PROFILE = 9,    /* a stack sample of a traced thread (bpf/profile.c) */
     EV_OFFCPU_END = 10, /* a traced thread ran again after blocking (bpf/profile.c) */
+    EV_LIB_LOAD = 11,   /* a traced process's dynamic loader changed its link map (bpf/loader.c) */
 };
 
 enum direction {

@@ -21,10 +21,18 @@ Routes (query parameters in brackets; every size in bytes):
   GET /stream_sync                 wait_for_stream: cudaStreamSynchronize
   GET /launch[?launches=N]         launch_kernels: N cudaLaunchKernel
   GET /load                        loads the libraries, calls nothing
+  GET /load_and_allocate[?count=K&interval_us=U&bytes=B]
+                                   allocate_after_load: loads the libraries (dlopen, when not yet
+                                   loaded), then K cudaMalloc of B+i bytes (i = 0..K-1), each freed,
+                                   U microseconds apart; answers when the load ended and each
+                                   call's offset from it (us), so a test or bench/loader_watch.py
+                                   can tell which calls the agent saw
   GET /health                      204
 
 Requests are served one at a time on the main thread (as a model engine's thread serves its
-batches), so every stack is taken on a thread whose Python state the agent knows from the start.
+batches), or with ``--thread-per-request`` each on a thread of its own (ThreadingHTTPServer), as
+many Python web servers do: every request's stacks are then taken on a thread the agent never
+saw before.
 
 Prints "listening on PORT" once ready.
 """
@@ -34,7 +42,8 @@ import ctypes
 import json
 import os
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 from cuda_api import DEFAULT_LIB_DIR, MEMCPY_HOST_TO_DEVICE, Dim3, load_runtime
@@ -175,6 +184,17 @@ def launch_kernels(launches: int) -> dict:
     return {"launches": launches}
 
 
+def allocate_after_load(count: int, interval_us: int, size: int) -> dict:
+    rt = Gpu.get().rt  # the first call dlopen()s the libraries
+    loaded = time.monotonic_ns()
+    offsets = []
+    for i in range(count):
+        offsets.append((time.monotonic_ns() - loaded) // 1000)
+        rt.cudaFree(ctypes.c_void_p(_malloc(size + i)))
+        time.sleep(interval_us / 1e6)
+    return {"loaded_ns": loaded, "offsets_us": offsets}
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -211,6 +231,7 @@ class Handler(BaseHTTPRequestHandler):
             "/sync": wait_for_device,
             "/stream_sync": wait_for_stream,
             "/launch": lambda: launch_kernels(q.get("launches", 1)),
+            "/load_and_allocate": lambda: allocate_after_load(q.get("count", 100), q.get("interval_us", 1000), size),
         }
         route = routes.get(url.path)
         if route is None:
@@ -228,9 +249,11 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--lib-dir", default=DEFAULT_LIB_DIR)
     parser.add_argument("--runtime-only", action="store_true", help="load only libcudart.so.12 (e.g. the real one)")
+    parser.add_argument("--thread-per-request", action="store_true", help="serve each request on a new thread")
     args = parser.parse_args()
     Gpu.lib_dir, Gpu.runtime_only = args.lib_dir, args.runtime_only
-    server = HTTPServer((args.host, args.port), Handler)  # one serving thread, like an engine's
+    # one serving thread, like an engine's; or a thread per request, like ThreadingHTTPServer's users
+    server = (ThreadingHTTPServer if args.thread_per_request else HTTPServer)((args.host, args.port), Handler)
     print(f"listening on {server.server_address[1]}", flush=True)
     server.serve_forever()
 

@@ -296,3 +296,58 @@ def test_engine_thread_samples_link_to_the_step_running_then(services, agent, tm
         assert step.start_time_unix_nano <= ts <= step.end_time_unix_nano  # the step running then
         linked_steps.add(link[1])
     assert linked_steps == set(steps)  # every step got its samples
+
+
+# --- a thread per request, and a library loaded during a request -----------------------------------
+
+
+def test_a_thread_per_request_server_puts_every_allocation_under_its_python_function(services, agent, tmp_path):
+    """ThreadingHTTPServer: each request on a thread the agent never saw. Every allocation's
+    stack has its route's Python function (the kernel reads each thread's state from its TLS:
+    with the thread list alone, a request thread's first GPU call had none), to the byte."""
+    server, run = start(services, agent, tmp_path, server_args=["--thread-per-request"])
+    curl(server.port, "/weights?bytes=268435456")
+    for _ in range(4):
+        curl(server.port, "/kv?bytes=33554432&blocks=1")
+    curl(server.port, "/scratch?bytes=4096&count=3")
+    curl(server.port, "/pageable?bytes=3000")
+    stop(run, server)
+    samples = samples_of(tmp_path, server.pid)
+    allocations = [s for s in samples if s["type"] == ("alloc_space", "bytes")]
+    assert len(allocations) == 1 + 4 + 3 + 1
+    assert by_function(samples, ("alloc_space", "bytes")) == {
+        "load_weights": 268435456, "grow_kv_cache": 4 * 33554432, "scratch_buffers": 3 * 4096, "upload_pageable": 3000,
+    }  # fmt: skip
+    assert by_function(samples, ("inuse_space", "bytes")) == {
+        "load_weights": 268435456, "grow_kv_cache": 4 * 33554432, "upload_pageable": 3000,
+    }  # fmt: skip
+    assert by_function(samples, ("copy", "bytes")) == {"upload_pageable": 3000}
+
+
+def test_a_library_loaded_during_a_request_is_probed_at_its_load(services, agent, tmp_path):
+    """The request loads the CUDA libraries (dlopen through ctypes) and allocates right away, on
+    a new thread, long before the periodic re-scan (5 s): the loader's debugger hook
+    (bpf/loader.c) has the agent read the maps and attach at once. Every call from the first
+    one seen to the last is seen (the probes stay), each with its Python stack; what the first
+    seen call's offset after the load is, bench/loader_watch.py measures."""
+    server = services([str(EXAMPLES / "gpu_profile_server.py"), "--port", "0", "--thread-per-request"])
+    run = agent(["--pid", str(server.pid), "--json-file", str(tmp_path / "spans.json"),
+                 "--profiles-json-file", str(tmp_path / "profiles.jsonl"), "--profile-interval", "60",
+                 "--gpu-min-call-duration", "0"])  # fmt: skip
+    curl(server.port, "/health")
+    count, base = 150, 1_000_000
+    answer = curl(server.port, f"/load_and_allocate?count={count}&interval_us=2000&bytes={base}")
+    assert len(answer["offsets_us"]) == count
+    stop(run, server)
+    assert f"GPU: pid {server.pid}: probing {STANDIN}/build/libcudart.so.12" in run.output, run.output
+    seen = sorted(
+        int(s.attributes["otelbpf.gpu.memory.bytes"]) - base
+        for s in spans_in_file(tmp_path / "spans.json")
+        if s.span.name == "cudaMalloc" and s.resource.get("process.pid") == server.pid
+    )
+    assert seen, "no allocation after the load was seen"
+    first = seen[0]
+    assert seen == list(range(first, count)), f"calls missed after the first seen one ({first}): {sorted(set(range(first, count)) - set(seen))[:10]}"
+    allocations = [s for s in samples_of(tmp_path, server.pid) if s["type"] == ("alloc_space", "bytes")]
+    assert len(allocations) == count - first
+    assert all("allocate_after_load" in s["python"] for s in allocations), [s["python"] for s in allocations][:3]

@@ -18,6 +18,7 @@ from otelbpf.core.events import (
     ConnPeer,
     DataEvent,
     DatagramEvent,
+    LibraryLoad,
     ProcessExit,
     ProcessStart,
     RoleHint,
@@ -52,6 +53,7 @@ int main(void) {
     F(call_info, launches); F(call_info, first_launch_ns); F(call_info, out0); F(call_info, launch_ns);
 #define C(name) printf(#name " %d\n", (int)(name))
     C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
+    C(EV_LIB_LOAD);
     C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_PROFILE_LOST); C(STAT_COUNT);
     C(SOURCE_SOCKET); C(SOURCE_TLS); C(DF_SENDFILE); C(DF_IOV_TRUNCATED); C(DF_MMSG_UNKNOWN);
     C(DF_PIECE); C(WHOLE_CAPTURE_BYTES); C(WHOLE_PIECE_BYTES); C(WHOLE_GATHER_PIECE_BYTES);
@@ -139,7 +141,7 @@ def test_datagram_proc_and_call_records_match_c(c_layout):
 
 def test_constants_match_c(c_layout):
     names = (
-        "EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER EV_DATAGRAM EV_PROC_START EV_CALL "
+        "EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER EV_DATAGRAM EV_PROC_START EV_CALL EV_LIB_LOAD "
         "STAT_LOST STAT_IO_MAP_FULL STAT_NO_TUPLE STAT_MMSG_UNKNOWN STAT_CALL_DEPTH STAT_TLS_UNATTRIBUTED STAT_PROFILE_LOST STAT_COUNT "
         "SOURCE_SOCKET SOURCE_TLS DF_SENDFILE DF_IOV_TRUNCATED DF_MMSG_UNKNOWN "
         "DF_PIECE WHOLE_CAPTURE_BYTES WHOLE_PIECE_BYTES WHOLE_GATHER_PIECE_BYTES"
@@ -173,8 +175,8 @@ def test_profile_constants_match_c(c_layout):
         assert c_layout[name] == (getattr(records, name),), name
     # the profile record types do not collide with the socket ones
     assert len({getattr(layout, n) for n in ("EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER "
-                                               "EV_DATAGRAM EV_PROC_START EV_CALL").split()}
-               | {records.EV_PROFILE, records.EV_OFFCPU_END}) == 10  # fmt: skip
+                                               "EV_DATAGRAM EV_PROC_START EV_CALL EV_LIB_LOAD").split()}
+               | {records.EV_PROFILE, records.EV_OFFCPU_END}) == 11  # fmt: skip
 
 
 def test_profile_kinds_table_matches_c(c_layout):
@@ -318,11 +320,13 @@ def test_decode_every_record_type():
             _record(layout.EV_CONN_PEER, info),
             _record(layout.EV_CONN_CLOSE),
             _record(layout.EV_PROC_EXIT),
+            _record(layout.EV_LIB_LOAD),
             b"short",
             _record(99),
         ]
     )
-    assert [type(e) for e in events] == [ConnOpen, DataEvent, ConnPeer, ConnClose, ProcessExit]
+    assert [type(e) for e in events] == [ConnOpen, DataEvent, ConnPeer, ConnClose, ProcessExit, LibraryLoad]
+    assert (events[5].ts_ns, events[5].pid) == (1_005, 100)
     assert (events[0].sock_id, events[0].peer_sock_id) == (11, 22)
     assert events[2].peer_sock_id == 22
     opened, data = events[0], events[1]
