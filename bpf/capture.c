@@ -12,6 +12,7 @@
  *   calls.c     generic library call probes (uprobes): EV_CALL
  *   tls.c       TLS plaintext (uprobes on OpenSSL SSL_read/SSL_write[_ex])
  *   profile.c   stack samples for profiles (CPU-clock perf event, sched_switch)
+ *   gpu_names.c GPU kernel names for launch samples (uprobes on module, library, registration calls)
  *   tracectx.c  the thread -> span map other eBPF tools read (traces_ctx_v1)
  *
  * Design rules (DEVELOPERS.md): tracepoints and uprobes only (no kprobes or
@@ -33,4 +34,5 @@
 #include "calls.c"
 #include "tls.c"
 #include "profile.c"
+#include "gpu_names.c"
 #include "tracectx.c"

@@ -253,6 +253,8 @@ int profile_on_cpu(struct bpf_perf_event_data *ctx)
     rec->hdr.conn_id = 0;
     rec->info.kind = PROFILE_ON_CPU;
     rec->info.flags = 0;
+    rec->info.gpu_kernel = 0;
+    rec->info.gpu_host_function = 0;
     __u64 *sampled = (__u64 *)&ctx->regs;
     int in_kernel = (sampled[PT_REGS_CS_WORD] & 3) != 3;
     if (in_kernel) {
@@ -274,8 +276,10 @@ BPF_ARRAY(gpu_profile_scratch, struct profile_record, PROFILE_SLOTS / 2);
 
 /* A stack sample at a GPU probe (bpf/calls.c CALL_STACK, bpf/gpu.c launches):
  * `ctx` is the thread's user registers at the probed instruction (a uprobe
- * fires in user mode), so no kernel stack; `ts` keys it to its EV_CALL. */
-static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight)
+ * fires in user mode), so no kernel stack; `ts` keys it to its EV_CALL;
+ * `launched` (launches, else NULL): what the launch launched. */
+static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight,
+                                             struct gpu_launched *launched)
 {
     int index = bpf_get_smp_processor_id();
     struct profile_record *rec = gpu_profile_scratch.lookup(&index);
@@ -283,7 +287,9 @@ static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u6
         return;
     rec->hdr.conn_id = 0;
     rec->info.kind = kind;
-    rec->info.flags = 0;
+    rec->info.flags = launched && launched->graph ? PF_GPU_GRAPH : 0;
+    rec->info.gpu_kernel = launched ? launched->kernel : 0;
+    rec->info.gpu_host_function = launched ? launched->host_function : 0;
     __u64 *regs = (__u64 *)ctx;
 #pragma unroll
     for (int i = 0; i < PROFILE_REGS; i++)
@@ -311,6 +317,8 @@ TRACEPOINT_PROBE(sched, sched_switch)
             rec->hdr.conn_id = now;
             rec->info.kind = PROFILE_OFF_CPU;
             rec->info.flags = PF_KERNEL_MODE;
+            rec->info.gpu_kernel = 0;
+            rec->info.gpu_host_function = 0;
             saved_user_regs(rec);
             if (finish_sample(rec, id, now, args, 1, 0) == 0) {
                 struct offcpu_start since = {.ts_ns = now, .tgid = tgid};

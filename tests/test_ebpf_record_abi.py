@@ -59,7 +59,13 @@ int main(void) {
     C(DF_PIECE); C(WHOLE_CAPTURE_BYTES); C(WHOLE_PIECE_BYTES); C(WHOLE_GATHER_PIECE_BYTES);
     printf("profile_info %zu\n", sizeof(struct profile_info));
     F(profile_info, stack_addr); F(profile_info, kernel_stack_id); F(profile_info, py_count); F(profile_info, kind);
-    F(profile_info, flags); F(profile_info, comm); F(profile_info, regs); F(profile_info, py);
+    F(profile_info, flags); F(profile_info, comm); F(profile_info, gpu_kernel); F(profile_info, gpu_host_function);
+    F(profile_info, regs); F(profile_info, py);
+    printf("gpu_kernel_name %zu\n", sizeof(struct gpu_kernel_name));
+    F(gpu_kernel_name, handle); F(gpu_kernel_name, alias); F(gpu_kernel_name, name_addr); F(gpu_kernel_name, source);
+    F(gpu_kernel_name, name);
+    C(EV_GPU_KERNEL_NAME); C(PF_GPU_GRAPH); C(GPU_NAME_BYTES); C(GPU_NAME_MODULE_FUNCTION); C(GPU_NAME_LIBRARY_KERNEL);
+    C(GPU_NAME_KERNEL_FUNCTION); C(GPU_NAME_REGISTERED); C(GPU_NAME_RUNTIME_KERNEL);
     printf("py_frame %zu\n", sizeof(struct py_frame));
     F(py_frame, code); F(py_frame, instr); F(py_frame, flags);
     printf("offcpu_end %zu\n", sizeof(struct offcpu_end));
@@ -168,15 +174,16 @@ def test_profile_constants_match_c(c_layout):
 
     names = (
         "EV_PROFILE EV_OFFCPU_END PROFILE_ON_CPU PROFILE_OFF_CPU PROFILE_GPU_CALL PROFILE_GPU_LAUNCH "
-        "PF_KERNEL_MODE PF_PY_NO_THREAD PF_PY_TRUNCATED PF_STACK_TRUNCATED PYF_EVAL_END PYF_SHIM "
-        "PROFILE_PY_FRAMES PROFILE_REGS PROFILE_STACK_BYTES"
+        "PF_KERNEL_MODE PF_PY_NO_THREAD PF_PY_TRUNCATED PF_STACK_TRUNCATED PF_GPU_GRAPH PYF_EVAL_END PYF_SHIM "
+        "PROFILE_PY_FRAMES PROFILE_REGS PROFILE_STACK_BYTES EV_GPU_KERNEL_NAME GPU_NAME_BYTES GPU_NAME_MODULE_FUNCTION "
+        "GPU_NAME_LIBRARY_KERNEL GPU_NAME_KERNEL_FUNCTION GPU_NAME_REGISTERED GPU_NAME_RUNTIME_KERNEL"
     ).split()
     for name in names:
         assert c_layout[name] == (getattr(records, name),), name
     # the profile record types do not collide with the socket ones
     assert len({getattr(layout, n) for n in ("EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER "
                                                "EV_DATAGRAM EV_PROC_START EV_CALL EV_LIB_LOAD").split()}
-               | {records.EV_PROFILE, records.EV_OFFCPU_END}) == 11  # fmt: skip
+               | {records.EV_PROFILE, records.EV_OFFCPU_END, records.EV_GPU_KERNEL_NAME}) == 12  # fmt: skip
 
 
 def test_profile_kinds_table_matches_c(c_layout):
@@ -194,8 +201,8 @@ def test_profile_records_match_c(c_layout):
     from otelbpf.profiles import records
 
     assert c_layout["profile_info"] == (records.PROFILE_INFO_SIZE,)
-    head = ["stack_addr", "kernel_stack_id", "py_count", "kind", "flags", "comm", "regs"]
-    # PROFILE_INFO_HEAD ("<QiHBB16s21Q"): one format field per C field, regs the PROFILE_REGS words
+    head = ["stack_addr", "kernel_stack_id", "py_count", "kind", "flags", "comm", "gpu_kernel", "gpu_host_function", "regs"]
+    # PROFILE_INFO_HEAD ("<QiHBB16sQQ21Q"): one format field per C field, regs the PROFILE_REGS words
     assert [c_layout[f"profile_info.{f}"] for f in head] == _offsets_of(records.PROFILE_INFO_HEAD.format)
     assert c_layout["profile_info.regs"][1] == records.PROFILE_REGS * 8
     assert c_layout["profile_info.py"] == (records.PROFILE_INFO_HEAD.size, records.PROFILE_PY_FRAMES * records.PY_FRAME.size)
@@ -203,6 +210,11 @@ def test_profile_records_match_c(c_layout):
     assert [c_layout[f"py_frame.{f}"] for f in ("code", "instr", "flags")] == _offsets_of(records.PY_FRAME.format)
     assert c_layout["offcpu_end"] == (records.OFFCPU_END.size,)
     assert c_layout["offcpu_end.blocked_ns"] == _offsets_of(records.OFFCPU_END.format)[0]
+    # struct gpu_kernel_name: GPU_KERNEL_NAME ("<QQQB7x"), then the name bytes
+    assert c_layout["gpu_kernel_name"] == (records.GPU_KERNEL_NAME.size + records.GPU_NAME_BYTES,)
+    assert [c_layout[f"gpu_kernel_name.{f}"] for f in ("handle", "alias", "name_addr", "source")] == _offsets_of(
+        _fields_without_padding(records.GPU_KERNEL_NAME.format))
+    assert c_layout["gpu_kernel_name.name"] == (records.GPU_KERNEL_NAME.size, records.GPU_NAME_BYTES)
 
 
 def test_python_offsets_match_c(c_layout):
