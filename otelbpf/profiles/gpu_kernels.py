@@ -24,7 +24,7 @@ Names are demangled (``_Z10vector_addPKfS0_Pfi`` -> ``vector_add(float const*, f
 float*, int)``); a graph launch is ``GPU: [CUDA graph 0x...]`` (a replay of many kernels the host
 never sees one by one). The frame's kind is ``cuda`` (``profile.frame.type``), so every output
 (OTLP, pprof, the page) shows it as GPU code. The width under it is launches, sampled 1 in N and
-weighted N, not GPU time (docs/gpu.md, "Kernel time").
+weighted N, not GPU time (docs/gpu.md, "Kernel time: what the widths mean").
 """
 
 from __future__ import annotations
