@@ -51,7 +51,8 @@ class Selection:
             parts.append(f"pid {self.pid}")
         parts.extend(f"{key}={value}" for key, value in (self.attributes or {}).items())
         if self.time_range is not None:
-            parts.append(f"{self.time_range[0]:g}-{self.time_range[1]:g} s")
+            start, end = self.time_range
+            parts.append(f"from {start:g} s" if end == float("inf") else f"{start:g}-{end:g} s")
         return ", ".join(parts) or "all"
 
 
