@@ -247,3 +247,30 @@ def test_selecting_heat_map_cells_redraws_only_that_range(tmp_path: Path, timed_
     quiet = page_state(tmp_path, timed_page, "pid=100&cells=100-110")  # 2.00-2.22 s: steps only
     assert quiet["total"] == sum(in_cells(samples, 100, 110, pid=100).values()) == 3
     assert "checkpoint_stall" not in quiet["visible"]
+
+
+@needs_chromium
+def test_the_page_compares_two_time_ranges_and_two_processes(tmp_path: Path, timed_page: Path) -> None:
+    """Without the diff command: a base side (process, cells) from the hash (what "Set as base" keeps),
+    the selected side coloured against it: the stall grew against a quiet range of the same process."""
+    samples = timed_samples()
+    quiet = in_cells(samples, 100, 149, pid=100)  # 2.00-3.00 s: steps only
+    stalled = in_cells(samples, 70, 72, pid=100)
+    state = page_state(tmp_path, timed_page, "pid=100&cells=70-72&base=100:100-149")
+    assert state["compare"]["pid"] == "100" and state["compare"]["range"] == [100, 149]
+    assert state["compare"]["total"] == sum(quiet.values()) and state["total"] == sum(stalled.values())
+    frames = {f["label"]: f for f in state["compare"]["frames"]}
+    stall = frames["checkpoint_stall"]
+    assert stall["baseShare"] == 0 and stall["share"] == pytest.approx(10 / 11) and _reddish(stall["colour"])
+    step = frames["serve_step"]
+    assert step["baseShare"] == 1 and step["share"] == pytest.approx(1 / 11) and not _reddish(step["colour"])
+    assert "comparing with the base: api (100), 2.00 s to 3.00 s (50 cells)" in state["dom"]
+
+    processes = page_state(tmp_path, timed_page, "pid=200&base=100:")  # another process against this one
+    shares = {f["label"]: (f["share"], f["baseShare"]) for f in processes["compare"]["frames"]}
+    assert shares["other_process"] == (1, 0) and "api (100)" not in processes["visible"]  # no process level
+
+
+def _reddish(colour: str) -> bool:
+    r, g, b = (int(x) for x in re.findall(r"\d+", colour)[:3])
+    return r > g and r > b
