@@ -25,6 +25,10 @@ applied). Selecting a range of cells (press on one, release on another)
 redraws the graph from that range's samples only; ``#cells=A-B`` in the hash
 selects cells A to B (cell = second * 50 + row, from the recording's first
 whole second). For that, each stack entry keeps its values per 20 ms cell.
+"Set as base" keeps the selected process and cells as the base of a
+comparison (``base=PID:A-B``): the graph is then coloured by each frame's
+share change against it (red grew, blue shrank), as ``otelbpf profiles diff``
+colours its page.
 """
 
 from __future__ import annotations
@@ -43,9 +47,10 @@ DEFAULT_MAX_STACKS = 20_000
 #: The heat map's cell (FlameScope's: 50 rows of 20 ms per one-second column).
 CELL_NS = 20_000_000
 CELLS_PER_SECOND = 50
-#: (stack entry, cell) pairs kept for the heat map; beyond, samples count in their stack's total
-#: only (counted, and the page says so): ~2 h of 200 busy stacks at 20 ms.
-DEFAULT_MAX_CELLS = 2_000_000
+#: (stack entry, cell) pairs kept for the heat map (~170 bytes each: ~50 MB at most); beyond,
+#: samples count in their stack's total only (counted, and the page says so). 10 minutes of 8 busy
+#: threads at 19 Hz is ~90,000 samples, so at most as many pairs.
+DEFAULT_MAX_CELLS = 300_000
 TEMPLATE = Path(__file__).with_name("flamegraph.html")
 PLACEHOLDER = '"__OTELBPF_FLAMEGRAPH_DATA__"'
 
