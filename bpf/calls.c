@@ -280,7 +280,7 @@ int call_enter(struct pt_regs *ctx)
     }
     __u32 depth = stack->depth;
     if (GPU_STACKS && depth == 0 && (site->flags & CALL_STACK))
-        gpu_stack_sample(ctx, id, frame.ts, PROFILE_GPU_CALL, 1);
+        gpu_stack_sample(ctx, id, frame.ts, PROFILE_GPU_CALL, 1, 0);
     if (depth < CALL_STACK_DEPTH)
         stack->frames[depth] = frame;
     else

@@ -9,9 +9,11 @@
  *               per-syscall tracepoints of close/connect/accept/mmsg/recv exits)
  *   pytasks.c   CPython asyncio task steps (uprobes on PyIter_Send)
  *   ranks.c     off-CPU clocks of the threads that issue NCCL collectives
+ *   loader.c    the dynamic loader's debugger hook: a library was loaded (EV_LIB_LOAD)
  *   calls.c     generic library call probes (uprobes): EV_CALL
  *   tls.c       TLS plaintext (uprobes on OpenSSL SSL_read/SSL_write[_ex])
  *   profile.c   stack samples for profiles (CPU-clock perf event, sched_switch)
+ *   gpu_names.c GPU kernel names for launch samples (uprobes on module, library, registration calls)
  *   tracectx.c  the thread -> span map other eBPF tools read (traces_ctx_v1)
  *   propagate.c cross-node trace context: ids fixed at a request's read and
  *               write, a TCP option on the wire (PROPAGATION only)
@@ -31,10 +33,12 @@
 #include "proc.c"
 #include "socket.c"
 #include "pytasks.c"
+#include "loader.c"
 #include "gpu.c"
 #include "ranks.c"
 #include "calls.c"
 #include "tls.c"
 #include "profile.c"
+#include "gpu_names.c"
 #include "tracectx.c"
 #include "propagate.c"

@@ -19,6 +19,8 @@ enum event_type {
     EV_CALL = 8,       /* a library call seen by the generic uprobes */
     EV_PROFILE = 9,    /* a stack sample of a traced thread (bpf/profile.c) */
     EV_OFFCPU_END = 10, /* a traced thread ran again after blocking (bpf/profile.c) */
+    EV_LIB_LOAD = 11,   /* a traced process's dynamic loader changed its link map (bpf/loader.c) */
+    EV_GPU_KERNEL_NAME = 12, /* a GPU kernel handle's name, as CUDA learned it (bpf/gpu_names.c) */
 };
 
 enum direction {
@@ -175,6 +177,7 @@ enum profile_flags {
     PF_PY_NO_THREAD = 2,    /* a Python process, but no thread state known for this tid yet */
     PF_PY_TRUNCATED = 4,    /* more Python frames than PROFILE_PY_FRAMES */
     PF_STACK_TRUNCATED = 8, /* the stack copy stopped at PROFILE_STACK_BYTES */
+    PF_GPU_GRAPH = 16,      /* PROFILE_GPU_LAUNCH: gpu_kernel is a CUDA graph (cuGraphLaunch) */
 };
 
 /* Bits of py_frame.flags, from the interpreter's frame owner/entry field. */
@@ -187,6 +190,31 @@ struct py_frame {
     __u64 flags; /* PYF_* */
 };
 
+/* What a sample needs to walk a CPython process's frames (the py_procs map, one per
+ * tgid; otelbpf/profiles/python/offsets.py PY_OFFSETS packs it). */
+struct py_offsets {
+    __u32 version;              /* major << 8 | minor */
+    __u32 tstate_frame;         /* PyThreadState -> frame / cframe / current_frame */
+    __u32 cframe_current_frame; /* _PyCFrame -> current_frame (3.11, 3.12), else NONE */
+    __u32 frame_previous;
+    __u32 frame_code;
+    __u32 frame_instr;
+    __u32 frame_owner;          /* is_entry (3.11) / owner (3.12+), else NONE */
+    __u32 owner_kind;           /* 0 none (3.10), 1 is_entry, 2 owner >= shim_owner is a shim */
+    __u32 shim_owner;           /* FRAME_OWNED_BY_CSTACK: 3 (3.12+; 3.14 adds 4, also a C frame) */
+    __u32 tstate_mode;          /* PY_TSTATE_*: where the thread's PyThreadState is */
+    __u32 tls_module;           /* PY_TSTATE_DTV: the interpreter file's TLS module id */
+    __u32 pad;
+    __s64 tls_offset;           /* PY_TSTATE_FS: from fsbase; PY_TSTATE_DTV: in the module's block */
+};
+
+/* py_offsets.tstate_mode: where a thread's PyThreadState is (otelbpf/profiles/python/thread_local.py).
+ * From the thread's own TLS (its thread pointer, task->thread.fsbase), its first sample
+ * has its Python frames; the tid map is filled from the interpreter's thread list. */
+#define PY_TSTATE_MAP 0 /* the py_tstates map only */
+#define PY_TSTATE_FS 1  /* *(fsbase + tls_offset): the PyGILState pthread key's slot, or static TLS */
+#define PY_TSTATE_DTV 2 /* *(*(*(fsbase + 8) + 16 * tls_module) + tls_offset): a shared libpython's TLS */
+
 /* EV_PROFILE: header (ts_ns, tgid, tid, task_id; captured_len = stack bytes)
  * + this + captured_len bytes of the user stack from stack_addr up. For
  * PROFILE_OFF_CPU, conn_id holds the switch-out time its EV_OFFCPU_END names. */
@@ -197,6 +225,12 @@ struct profile_info {
     __u8 kind;              /* enum profile_kind */
     __u8 flags;             /* enum profile_flags */
     char comm[16];          /* the thread's name */
+    /* PROFILE_GPU_LAUNCH (0 otherwise): the handle the driver's launch call was given (a
+     * CUfunction or CUkernel, or with PF_GPU_GRAPH a CUgraphExec), and the function the
+     * runtime's launch call was given when it came through the runtime (cudaLaunchKernel's
+     * func: a kernel's host function, or CUDA 13's cudaKernel_t; 0: none). */
+    __u64 gpu_kernel;
+    __u64 gpu_host_function;
     __u64 regs[PROFILE_REGS];
     struct py_frame py[PROFILE_PY_FRAMES];
 };
@@ -205,6 +239,28 @@ struct profile_info {
  * switch-out time of its EV_PROFILE) + this */
 struct offcpu_end {
     __u64 blocked_ns;
+};
+
+/* Where a GPU kernel's name was learned (bpf/gpu_names.c). */
+enum gpu_name_source {
+    GPU_NAME_MODULE_FUNCTION = 1, /* cuModuleGetFunction: a CUfunction by name (JIT, Triton, driver API) */
+    GPU_NAME_LIBRARY_KERNEL = 2,  /* cuLibraryGetKernel: a CUkernel by name (the runtime's lazy loading) */
+    GPU_NAME_KERNEL_FUNCTION = 3, /* cuKernelGetFunction: a CUfunction standing for a CUkernel (alias) */
+    GPU_NAME_REGISTERED = 4,      /* __cudaRegisterFunction: a host function and its kernel's name */
+    GPU_NAME_RUNTIME_KERNEL = 5,  /* __cudaGetKernel (CUDA 13): a cudaKernel_t standing for a host function (alias) */
+};
+#define GPU_NAME_BYTES 256
+
+/* EV_GPU_KERNEL_NAME (the profile ring): header (ts_ns, tgid, tid; captured_len = the name's
+ * length, 0 for an alias) + this. A name of GPU_NAME_BYTES - 1 bytes may go on, and one the
+ * probe could not read (its page not in memory yet) is empty: user space reads them at name_addr. */
+struct gpu_kernel_name {
+    __u64 handle;    /* what launches pass: a CUfunction, CUkernel, host function or cudaKernel_t */
+    __u64 alias;     /* an alias: the handle `handle` stands for (0: a name) */
+    __u64 name_addr; /* where the name is in the process */
+    __u8 source;     /* enum gpu_name_source */
+    __u8 pad[7];
+    char name[GPU_NAME_BYTES]; /* NUL-terminated */
 };
 
 /* Indexes of the per-CPU counter array `stats`. */

@@ -48,14 +48,25 @@ struct gpu_launch_key {
 #ifndef GPU_LAUNCH_EVERY
 #define GPU_LAUNCH_EVERY 0
 #endif
+/* What a sampled launch launched (bpf/profile.c puts it in the sample): the handle the driver's
+ * launch call was given, and the function the runtime's launch call was given when the launch
+ * came through it (its host stub's address, or CUDA 13's cudaKernel_t; 0: none). */
+struct gpu_launched {
+    __u64 kernel;
+    __u64 host_function;
+    __u8 graph; /* the handle is a CUgraphExec (cuGraphLaunch): a replay of many kernels */
+};
+
 #if defined(PROFILES) && PROFILES && GPU_PROFILES
 /* Defined in bpf/profile.c (included after this file): a stack sample of the
  * calling thread at a GPU probe, `ctx` being its user registers. */
-static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight);
+static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight,
+                                             struct gpu_launched *launched);
 #define GPU_STACKS 1
 #else
 #define GPU_STACKS 0
-static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight) {}
+static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight,
+                                             struct gpu_launched *launched) {}
 #endif
 
 /* LRU: a thread (or task) that ends with launches not yet reported does not hold a slot forever */
@@ -93,10 +104,69 @@ static __always_inline struct gpu_launch_count *gpu_count_launch(__u64 id, __u64
     return gpu_launches.lookup(&key);
 }
 
-/* GPU profiles: every GPU_LAUNCH_EVERY-th launch of a (thread, task) takes a stack sample. */
-static __always_inline void gpu_maybe_sample_launch(struct pt_regs *ctx, struct gpu_launch_count *count, __u64 id, __u64 now)
-{
 #if GPU_STACKS && GPU_LAUNCH_EVERY > 0
+#define GPU_KERNEL_NAMES 1
+/* The function the runtime's launch call (cudaLaunchKernel...) was given, for the driver launch
+ * it makes next: per CPU (a uprobe handler is not preempted, and the runtime call and the driver
+ * call it makes run back to back on one thread), checked by thread and age when read. */
+struct gpu_runtime_launch {
+    __u32 tid;
+    __u32 pad;
+    __u64 function;
+    __u64 ts;
+};
+BPF_PERCPU_ARRAY(gpu_runtime_launches, struct gpu_runtime_launch, 1);
+/* A runtime launch reaches its driver launch within microseconds: an older note is not its. */
+#define GPU_RUNTIME_LAUNCH_NS 1000000
+
+static __always_inline void gpu_note_runtime_launch(__u64 function)
+{
+    int zero = 0;
+    struct gpu_runtime_launch *note = gpu_runtime_launches.lookup(&zero);
+    if (!note)
+        return;
+    note->tid = (__u32)bpf_get_current_pid_tgid();
+    note->function = function;
+    note->ts = bpf_ktime_get_ns();
+}
+
+/* The runtime function noted on this CPU for this thread's driver launch now (0: none), taken once. */
+static __always_inline __u64 gpu_take_runtime_launch(__u32 tid, __u64 now)
+{
+    int zero = 0;
+    struct gpu_runtime_launch *note = gpu_runtime_launches.lookup(&zero);
+    if (!note || note->tid != tid || note->function == 0 || now - note->ts > GPU_RUNTIME_LAUNCH_NS)
+        return 0;
+    __u64 function = note->function;
+    note->function = 0;
+    return function;
+}
+
+/* cudaLaunchKernel, cudaLaunchCooperativeKernel (and _ptsz): the function is the first argument. */
+int gpu_runtime_launch_enter(struct pt_regs *ctx)
+{
+    if (is_traced(bpf_get_current_pid_tgid() >> 32))
+        gpu_note_runtime_launch(PT_REGS_PARM1(ctx));
+    return 0;
+}
+
+/* cudaLaunchKernelExC(config, func, args) (and _ptsz): the second. */
+int gpu_runtime_launch_ex_enter(struct pt_regs *ctx)
+{
+    if (is_traced(bpf_get_current_pid_tgid() >> 32))
+        gpu_note_runtime_launch(PT_REGS_PARM2(ctx));
+    return 0;
+}
+#else
+#define GPU_KERNEL_NAMES 0
+#endif
+
+/* GPU profiles: every GPU_LAUNCH_EVERY-th launch of a (thread, task) takes a stack sample, with
+ * what it launched: `kernel` (the driver call's handle) and the runtime call's function. */
+static __always_inline void gpu_maybe_sample_launch(struct pt_regs *ctx, struct gpu_launch_count *count, __u64 id, __u64 now,
+                                                    __u64 kernel, __u8 graph)
+{
+#if GPU_KERNEL_NAMES
     if (!count)
         return;
     __u32 left = count->until_sample;
@@ -105,36 +175,48 @@ static __always_inline void gpu_maybe_sample_launch(struct pt_regs *ctx, struct 
     left -= 1;
     if (left == 0) {
         count->until_sample = GPU_LAUNCH_EVERY;
-        gpu_stack_sample(ctx, id, now, PROFILE_GPU_LAUNCH, GPU_LAUNCH_EVERY);
+        struct gpu_launched launched = {.kernel = kernel, .graph = graph};
+        launched.host_function = graph ? 0 : gpu_take_runtime_launch((__u32)id, now);
+        gpu_stack_sample(ctx, id, now, PROFILE_GPU_LAUNCH, GPU_LAUNCH_EVERY, &launched);
     } else {
         count->until_sample = left;
     }
 #endif
 }
 
-int gpu_launch_enter(struct pt_regs *ctx)
+static __always_inline int gpu_launch(struct pt_regs *ctx, __u64 kernel, __u8 graph)
 {
     __u64 id = bpf_get_current_pid_tgid();
     __u64 now = bpf_ktime_get_ns();
     struct gpu_launch_count *count = gpu_count_launch(id, now);
-    gpu_maybe_sample_launch(ctx, count, id, now);
+    gpu_maybe_sample_launch(ctx, count, id, now, kernel, graph);
     return 0;
 }
 
 /* --gpu-launch-time: count, and note when the outermost launch call began. */
-int gpu_launch_enter_timed(struct pt_regs *ctx)
+static __always_inline int gpu_launch_timed(struct pt_regs *ctx, __u64 kernel, __u8 graph)
 {
     __u64 now = bpf_ktime_get_ns();
     __u64 id = bpf_get_current_pid_tgid();
     struct gpu_launch_count *count = gpu_count_launch(id, now);
     if (!count)
         return 0;
-    gpu_maybe_sample_launch(ctx, count, id, now);
+    gpu_maybe_sample_launch(ctx, count, id, now, kernel, graph);
     if (count->depth == 0)
         count->entered_ns = now;
     count->depth += 1;
     return 0;
 }
+
+/* One entry program per place the launched handle is passed (otelbpf/sources/gpu.py LAUNCH_SHAPES):
+ * cuLaunchKernel(f, ...) and cuLaunchCooperativeKernel(f, ...): the first argument; cuLaunchKernelEx
+ * (config, f, ...): the second; cuGraphLaunch(exec, stream): a graph, the first. */
+int gpu_launch_enter(struct pt_regs *ctx) { return gpu_launch(ctx, PT_REGS_PARM1(ctx), 0); }
+int gpu_launch_ex_enter(struct pt_regs *ctx) { return gpu_launch(ctx, PT_REGS_PARM2(ctx), 0); }
+int gpu_graph_launch_enter(struct pt_regs *ctx) { return gpu_launch(ctx, PT_REGS_PARM1(ctx), 1); }
+int gpu_launch_enter_timed(struct pt_regs *ctx) { return gpu_launch_timed(ctx, PT_REGS_PARM1(ctx), 0); }
+int gpu_launch_ex_enter_timed(struct pt_regs *ctx) { return gpu_launch_timed(ctx, PT_REGS_PARM2(ctx), 0); }
+int gpu_graph_launch_enter_timed(struct pt_regs *ctx) { return gpu_launch_timed(ctx, PT_REGS_PARM1(ctx), 1); }
 
 /* --gpu-launch-time: the outermost launch call returned: add its time (a
  * launch call is synchronous, so the task at its return is the one at its entry). */
@@ -173,3 +255,4 @@ static __always_inline void gpu_take_launches(__u32 tid, __u64 task, struct call
     count->first_ns = 0;
     count->time_ns = 0;
 }
+

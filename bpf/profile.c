@@ -17,8 +17,10 @@
  *     pointers;
  *   - the CPython frame chain, read now because 3.11+ frames live in the
  *     interpreter's data stack and change as soon as the thread runs on: the
- *     offsets come per process (py_procs, otelbpf/profiles/python/offsets.py)
- *     and the thread state per thread (py_tstates), both filled by user space;
+ *     offsets come per process (py_procs, otelbpf/profiles/python/offsets.py),
+ *     the thread state from the thread's own TLS where user space proved where
+ *     it is (tls_thread_state), else per thread (py_tstates, filled by user
+ *     space from the interpreter's thread list);
  *   - the kernel stack (kernel_stacks) when the sample is in the kernel;
  *   - the asyncio task the thread is running, to link the sample to its span.
  *
@@ -63,19 +65,11 @@ struct bpf_perf_event_data {
 #define PT_REGS_CS_WORD 17
 #define PT_REGS_SP_WORD 19
 #define PY_OFFSET_NONE 0xffffffff
-
-/* What a sample needs to walk a CPython process's frames (one per tgid). */
-struct py_offsets {
-    __u32 version;              /* major << 8 | minor */
-    __u32 tstate_frame;         /* PyThreadState -> frame / cframe / current_frame */
-    __u32 cframe_current_frame; /* _PyCFrame -> current_frame (3.11, 3.12), else NONE */
-    __u32 frame_previous;
-    __u32 frame_code;
-    __u32 frame_instr;
-    __u32 frame_owner;          /* is_entry (3.11) / owner (3.12+), else NONE */
-    __u32 owner_kind;           /* 0 none (3.10), 1 is_entry, 2 owner >= shim_owner is a shim */
-    __u32 shim_owner;           /* FRAME_OWNED_BY_CSTACK: 3 (3.12+; 3.14 adds 4, also a C frame) */
-};
+/* The thread pointer's offset in task_struct (thread.fsbase, from the kernel's BTF:
+ * otelbpf/profiles/sampler.py); -1: unknown, thread states come from the tid map only. */
+#ifndef TASK_FSBASE_OFFSET
+#define TASK_FSBASE_OFFSET -1
+#endif
 
 struct profile_record {
     struct event_hdr hdr;
@@ -109,19 +103,50 @@ static __always_inline struct profile_record *profile_slot(int kind)
     return profile_scratch.lookup(&index);
 }
 
+/* The current thread's PyThreadState read from its TLS (0: none there, or not configured). */
+static __always_inline __u64 tls_thread_state(struct py_offsets *o)
+{
+#if TASK_FSBASE_OFFSET >= 0
+    if (o->tstate_mode == PY_TSTATE_MAP)
+        return 0;
+    __u64 at = 0;
+    if (bpf_probe_read_kernel(&at, sizeof(at), (void *)(bpf_get_current_task() + TASK_FSBASE_OFFSET)) != 0 || !at)
+        return 0;
+    if (o->tstate_mode == PY_TSTATE_DTV) {
+        __u64 dtv = 0, block = 0;
+        bpf_probe_read_user(&dtv, sizeof(dtv), (void *)(at + 8));
+        if (!dtv)
+            return 0;
+        bpf_probe_read_user(&block, sizeof(block), (void *)(dtv + (__u64)o->tls_module * 16));
+        if (!block || block == (__u64)-1) /* TLS_DTV_UNALLOCATED: the thread never touched it */
+            return 0;
+        at = block;
+    }
+    __u64 tstate = 0;
+    bpf_probe_read_user(&tstate, sizeof(tstate), (void *)(at + o->tls_offset));
+    return tstate;
+#else
+    return 0;
+#endif
+}
+
 /* Python frames, leaf first, with their eval-call boundaries. */
 static __always_inline void read_python_frames(struct profile_record *rec, __u32 tgid, __u32 tid)
 {
     struct py_offsets *o = py_procs.lookup(&tgid);
     if (!o)
         return;
-    __u64 *tstate = py_tstates.lookup(&tid);
+    __u64 tstate = tls_thread_state(o);
     if (!tstate) {
-        rec->info.flags |= PF_PY_NO_THREAD;
-        return;
+        __u64 *listed = py_tstates.lookup(&tid);
+        if (!listed) {
+            rec->info.flags |= PF_PY_NO_THREAD;
+            return;
+        }
+        tstate = *listed;
     }
     __u64 frame = 0;
-    bpf_probe_read_user(&frame, sizeof(frame), (void *)(*tstate + o->tstate_frame));
+    bpf_probe_read_user(&frame, sizeof(frame), (void *)(tstate + o->tstate_frame));
     if (o->cframe_current_frame != PY_OFFSET_NONE && frame)
         bpf_probe_read_user(&frame, sizeof(frame), (void *)(frame + o->cframe_current_frame));
     int count = 0;
@@ -228,6 +253,8 @@ int profile_on_cpu(struct bpf_perf_event_data *ctx)
     rec->hdr.conn_id = 0;
     rec->info.kind = PROFILE_ON_CPU;
     rec->info.flags = 0;
+    rec->info.gpu_kernel = 0;
+    rec->info.gpu_host_function = 0;
     __u64 *sampled = (__u64 *)&ctx->regs;
     int in_kernel = (sampled[PT_REGS_CS_WORD] & 3) != 3;
     if (in_kernel) {
@@ -249,8 +276,10 @@ BPF_ARRAY(gpu_profile_scratch, struct profile_record, PROFILE_SLOTS / 2);
 
 /* A stack sample at a GPU probe (bpf/calls.c CALL_STACK, bpf/gpu.c launches):
  * `ctx` is the thread's user registers at the probed instruction (a uprobe
- * fires in user mode), so no kernel stack; `ts` keys it to its EV_CALL. */
-static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight)
+ * fires in user mode), so no kernel stack; `ts` keys it to its EV_CALL;
+ * `launched` (launches, else NULL): what the launch launched. */
+static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u64 ts, __u8 kind, __u32 weight,
+                                             struct gpu_launched *launched)
 {
     int index = bpf_get_smp_processor_id();
     struct profile_record *rec = gpu_profile_scratch.lookup(&index);
@@ -258,7 +287,9 @@ static __always_inline void gpu_stack_sample(struct pt_regs *ctx, __u64 id, __u6
         return;
     rec->hdr.conn_id = 0;
     rec->info.kind = kind;
-    rec->info.flags = 0;
+    rec->info.flags = launched && launched->graph ? PF_GPU_GRAPH : 0;
+    rec->info.gpu_kernel = launched ? launched->kernel : 0;
+    rec->info.gpu_host_function = launched ? launched->host_function : 0;
     __u64 *regs = (__u64 *)ctx;
 #pragma unroll
     for (int i = 0; i < PROFILE_REGS; i++)
@@ -286,6 +317,8 @@ TRACEPOINT_PROBE(sched, sched_switch)
             rec->hdr.conn_id = now;
             rec->info.kind = PROFILE_OFF_CPU;
             rec->info.flags = PF_KERNEL_MODE;
+            rec->info.gpu_kernel = 0;
+            rec->info.gpu_host_function = 0;
             saved_user_regs(rec);
             if (finish_sample(rec, id, now, args, 1, 0) == 0) {
                 struct offcpu_start since = {.ts_ns = now, .tgid = tgid};

@@ -55,7 +55,22 @@ def load_driver(lib_dir: str = DEFAULT_LIB_DIR) -> ctypes.CDLL:
     drv.cuLaunchKernelEx.argtypes = [ctypes.POINTER(LaunchConfig), _VOID_P, _VOID_P, _VOID_P]
     drv.cuGraphLaunch.argtypes = [_VOID_P, _VOID_P]
     drv.cuStreamSynchronize.argtypes = [_VOID_P]
+    drv.cuModuleLoadData.argtypes = [ctypes.POINTER(_VOID_P), _VOID_P]
+    drv.cuModuleGetFunction.argtypes = [ctypes.POINTER(_VOID_P), _VOID_P, ctypes.c_char_p]
+    drv.cuLibraryLoadData.argtypes = [ctypes.POINTER(_VOID_P), _VOID_P, _VOID_P, _VOID_P, _UINT, _VOID_P, _VOID_P, _UINT]
+    drv.cuLibraryGetKernel.argtypes = [ctypes.POINTER(_VOID_P), _VOID_P, ctypes.c_char_p]
+    drv.cuKernelGetFunction.argtypes = [ctypes.POINTER(_VOID_P), _VOID_P]
     return drv
+
+
+def load_kernels(lib_dir: str = DEFAULT_LIB_DIR) -> ctypes.CDLL:
+    """The stand-in CUDA library of examples/cuda_standin/kernels.cpp: its constructor registers its
+    kernels with the runtime (libcudart, which it needs); ``standin_launch_<kernel>(n)`` launches one
+    n times as C++ code's ``kernel<<<grid, block>>>(...)`` does."""
+    kernels = ctypes.CDLL(os.path.join(lib_dir, "libstandin_kernels.so"))
+    for name in ("standin_launch_vector_add", "standin_launch_gemm", "standin_launch_layer_norm"):
+        getattr(kernels, name).argtypes = [_INT]
+    return kernels
 
 
 def load_nccl(lib_dir: str = DEFAULT_LIB_DIR, id_by_reference: bool = False) -> ctypes.CDLL:

@@ -20,11 +20,30 @@ Routes (query parameters in brackets; every size in bytes):
   GET /sync                        wait_for_device: cudaDeviceSynchronize
   GET /stream_sync                 wait_for_stream: cudaStreamSynchronize
   GET /launch[?launches=N]         launch_kernels: N cudaLaunchKernel
+  GET /kernels[?launches=N]        loads the stand-in CUDA library of examples/cuda_standin/kernels.cpp
+                                   (its constructor registers its kernels with the runtime), then
+                                   launches N of each of its kernels, each from its own function:
+                                   launch_vector_add, launch_gemm, launch_layer_norm (the last the
+                                   CUDA 13 way: a cudaKernel_t)
+  GET /triton[?launches=N]         launch_triton_kernel: a kernel of a JIT module, as Triton runs
+                                   one: cuModuleLoadData + cuModuleGetFunction (once), N cuLaunchKernelEx
+  GET /jit[?launches=N]            launch_library_function: a CUDA library's kernel, its function
+                                   for the context (cuLibraryGetKernel + cuKernelGetFunction, once),
+                                   N cuLaunchKernel
+  GET /graph[?launches=N]          replay_graph: N cuGraphLaunch
   GET /load                        loads the libraries, calls nothing
+  GET /load_and_allocate[?count=K&interval_us=U&bytes=B]
+                                   allocate_after_load: loads the libraries (dlopen, when not yet
+                                   loaded), then K cudaMalloc of B+i bytes (i = 0..K-1), each freed,
+                                   U microseconds apart; answers when the load ended and each
+                                   call's offset from it (us), so a test or bench/loader_watch.py
+                                   can tell which calls the agent saw
   GET /health                      204
 
 Requests are served one at a time on the main thread (as a model engine's thread serves its
-batches), so every stack is taken on a thread whose Python state the agent knows from the start.
+batches), or with ``--thread-per-request`` each on a thread of its own (ThreadingHTTPServer), as
+many Python web servers do: every request's stacks are then taken on a thread the agent never
+saw before.
 
 Prints "listening on PORT" once ready.
 """
@@ -32,12 +51,12 @@ Prints "listening on PORT" once ready.
 import argparse
 import ctypes
 import json
-import os
 import threading
-from http.server import BaseHTTPRequestHandler, HTTPServer
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-from cuda_api import DEFAULT_LIB_DIR, MEMCPY_HOST_TO_DEVICE, Dim3, load_runtime
+from cuda_api import DEFAULT_LIB_DIR, MEMCPY_HOST_TO_DEVICE, Dim3, LaunchConfig, load_driver, load_kernels, load_runtime
 
 _VOID_P, _SIZE, _UINT, _ULL = ctypes.c_void_p, ctypes.c_size_t, ctypes.c_uint, ctypes.c_ulonglong
 
@@ -65,13 +84,94 @@ class Gpu:
             getattr(rt, name).argtypes = types
         self.cuda = None
         if not self.runtime_only:
-            cuda = self.cuda = ctypes.CDLL(os.path.join(self.lib_dir, "libcuda.so.1"))
+            cuda = self.cuda = load_driver(self.lib_dir)
             cuda.cuMemCreate.argtypes = [ctypes.POINTER(_ULL), _SIZE, _VOID_P, _ULL]
             cuda.cuMemMap.argtypes = [_ULL, _SIZE, _SIZE, _ULL, _ULL]
             cuda.cuMemUnmap.argtypes = [_ULL, _SIZE]
             cuda.cuMemRelease.argtypes = [_ULL]
         self.kept = []  # device pointers kept (weights, KV cache)
         self.host = []  # host buffers kept alive (registered, pinned)
+        self.kernels = None  # the stand-in CUDA library, loaded by /kernels
+        self.functions = {}  # kernel handles got from the driver, by route
+
+
+def driver_function(route: str, get) -> int:
+    """The kernel handle ``route`` launches, got from the driver once (``get(cuda, out)``)."""
+    gpu = Gpu.get()
+    if route not in gpu.functions:
+        handle = ctypes.c_void_p()
+        get(gpu.cuda, handle)
+        gpu.functions[route] = handle.value
+    return gpu.functions[route]
+
+
+def _triton_function(cuda, out) -> None:
+    module = ctypes.c_void_p()
+    cuda.cuModuleLoadData(ctypes.byref(module), b"stand-in cubin")
+    cuda.cuModuleGetFunction(ctypes.byref(out), module, b"triton_poi_fused_add_mul_0")
+
+
+def _library_function(cuda, out) -> None:
+    library, kernel = ctypes.c_void_p(), ctypes.c_void_p()
+    cuda.cuLibraryLoadData(ctypes.byref(library), b"stand-in fatbin", None, None, 0, None, None, 0)
+    cuda.cuLibraryGetKernel(ctypes.byref(kernel), library, b"_Z14flash_attn_fwdPKfS0_S0_Pfi")
+    cuda.cuKernelGetFunction(ctypes.byref(out), kernel)
+
+
+def kernel_library():
+    gpu = Gpu.get()
+    if gpu.kernels is None:
+        gpu.kernels = load_kernels(gpu.lib_dir)  # dlopen: its constructor registers its kernels
+    return gpu.kernels
+
+
+def launch_vector_add(launches: int) -> None:
+    kernel_library().standin_launch_vector_add(launches)
+
+
+def launch_gemm(launches: int) -> None:
+    kernel_library().standin_launch_gemm(launches)
+
+
+def launch_layer_norm(launches: int) -> None:
+    kernel_library().standin_launch_layer_norm(launches)
+
+
+def run_kernels(launches: int) -> dict:
+    launch_vector_add(launches)
+    launch_gemm(launches)
+    launch_layer_norm(launches)
+    return {"launches": 3 * launches}
+
+
+def launch_triton_kernel(launches: int) -> dict:
+    function = driver_function("triton", _triton_function)
+    config = LaunchConfig()
+    for _ in range(launches):
+        Gpu.get().cuda.cuLaunchKernelEx(ctypes.byref(config), function, None, None)
+    return {"launches": launches}
+
+
+def launch_library_function(launches: int) -> dict:
+    function = driver_function("jit", _library_function)
+    cuda = Gpu.get().cuda
+    for _ in range(launches):
+        cuda.cuLaunchKernel(function, 1, 1, 1, 128, 1, 1, 0, None, None, None)
+    return {"launches": launches}
+
+
+def replay_graph(launches: int) -> dict:
+    cuda = Gpu.get().cuda
+    for _ in range(launches):
+        cuda.cuGraphLaunch(ctypes.c_void_p(0xC0FFEE00), None)
+    return {"launches": launches}
+
+
+def preload_kernels() -> None:
+    """--preload-kernels: the kernels loaded and launched once, their driver handles got, before
+    the agent starts: names it can then only learn from symbols and stubs, or not at all."""
+    run_kernels(1)
+    launch_triton_kernel(1)
 
 
 def _malloc(size: int) -> int:
@@ -175,6 +275,17 @@ def launch_kernels(launches: int) -> dict:
     return {"launches": launches}
 
 
+def allocate_after_load(count: int, interval_us: int, size: int) -> dict:
+    rt = Gpu.get().rt  # the first call dlopen()s the libraries
+    loaded = time.monotonic_ns()
+    offsets = []
+    for i in range(count):
+        offsets.append((time.monotonic_ns() - loaded) // 1000)
+        rt.cudaFree(ctypes.c_void_p(_malloc(size + i)))
+        time.sleep(interval_us / 1e6)
+    return {"loaded_ns": loaded, "offsets_us": offsets}
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
@@ -211,6 +322,11 @@ class Handler(BaseHTTPRequestHandler):
             "/sync": wait_for_device,
             "/stream_sync": wait_for_stream,
             "/launch": lambda: launch_kernels(q.get("launches", 1)),
+            "/load_and_allocate": lambda: allocate_after_load(q.get("count", 100), q.get("interval_us", 1000), size),
+            "/kernels": lambda: run_kernels(q.get("launches", 1)),
+            "/triton": lambda: launch_triton_kernel(q.get("launches", 1)),
+            "/jit": lambda: launch_library_function(q.get("launches", 1)),
+            "/graph": lambda: replay_graph(q.get("launches", 1)),
         }
         route = routes.get(url.path)
         if route is None:
@@ -228,9 +344,15 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--lib-dir", default=DEFAULT_LIB_DIR)
     parser.add_argument("--runtime-only", action="store_true", help="load only libcudart.so.12 (e.g. the real one)")
+    parser.add_argument("--thread-per-request", action="store_true", help="serve each request on a new thread")
+    parser.add_argument("--preload-kernels", action="store_true",
+                        help="load and launch the kernels once at start (before an agent attaches)")
     args = parser.parse_args()
     Gpu.lib_dir, Gpu.runtime_only = args.lib_dir, args.runtime_only
-    server = HTTPServer((args.host, args.port), Handler)  # one serving thread, like an engine's
+    if args.preload_kernels:
+        preload_kernels()
+    # one serving thread, like an engine's; or a thread per request, like ThreadingHTTPServer's users
+    server = (ThreadingHTTPServer if args.thread_per_request else HTTPServer)((args.host, args.port), Handler)
     print(f"listening on {server.server_address[1]}", flush=True)
     server.serve_forever()
 

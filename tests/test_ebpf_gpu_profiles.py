@@ -13,6 +13,7 @@ runs examples/gpu_batching_server.py: samples on its engine thread link to the e
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from collections import defaultdict
 from pathlib import Path
@@ -78,7 +79,7 @@ def samples_of(tmp_path: Path, pid: int) -> list[dict]:
             out.append({
                 "type": sample_type, "python": [f[1] for f in frames if f[0] == "cpython"],
                 "native": [f[1] for f in frames if f[0] == "native"], "value": value, "link": link,
-                "attributes": dict(attributes),
+                "attributes": dict(attributes), "leaf": frames[0][1] if frames else "", "kinds": [f[0] for f in frames],
             })  # fmt: skip
     return out
 
@@ -92,6 +93,14 @@ def by_function(samples, sample_type: tuple[str, str], **attributes) -> dict[str
         leaf = next((f for f in s["python"] if f in ROUTE_FUNCTIONS), "?")
         totals[leaf] += s["value"]
     return dict(totals)
+
+
+def go_pprof(tmp_path: Path, *args: str) -> str:
+    """``go tool pprof`` output (go comes with the install: scripts/install.sh)."""
+    env = dict(os.environ, GOCACHE=str(tmp_path / "gocache"), HOME=str(tmp_path), GOFLAGS="-mod=mod")
+    result = subprocess.run(["go", "tool", "pprof", *args], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
 
 
 def stop(run, server):
@@ -296,3 +305,151 @@ def test_engine_thread_samples_link_to_the_step_running_then(services, agent, tm
         assert step.start_time_unix_nano <= ts <= step.end_time_unix_nano  # the step running then
         linked_steps.add(link[1])
     assert linked_steps == set(steps)  # every step got its samples
+
+
+# --- a thread per request, and a library loaded during a request -----------------------------------
+
+
+def test_a_thread_per_request_server_puts_every_allocation_under_its_python_function(services, agent, tmp_path):
+    """ThreadingHTTPServer: each request on a thread the agent never saw. Every allocation's
+    stack has its route's Python function (the kernel reads each thread's state from its TLS:
+    with the thread list alone, a request thread's first GPU call had none), to the byte."""
+    server, run = start(services, agent, tmp_path, server_args=["--thread-per-request"])
+    curl(server.port, "/weights?bytes=268435456")
+    for _ in range(4):
+        curl(server.port, "/kv?bytes=33554432&blocks=1")
+    curl(server.port, "/scratch?bytes=4096&count=3")
+    curl(server.port, "/pageable?bytes=3000")
+    stop(run, server)
+    samples = samples_of(tmp_path, server.pid)
+    allocations = [s for s in samples if s["type"] == ("alloc_space", "bytes")]
+    assert len(allocations) == 1 + 4 + 3 + 1
+    assert by_function(samples, ("alloc_space", "bytes")) == {
+        "load_weights": 268435456, "grow_kv_cache": 4 * 33554432, "scratch_buffers": 3 * 4096, "upload_pageable": 3000,
+    }  # fmt: skip
+    assert by_function(samples, ("inuse_space", "bytes")) == {
+        "load_weights": 268435456, "grow_kv_cache": 4 * 33554432, "upload_pageable": 3000,
+    }  # fmt: skip
+    assert by_function(samples, ("copy", "bytes")) == {"upload_pageable": 3000}
+
+
+def test_a_library_loaded_during_a_request_is_probed_at_its_load(services, agent, tmp_path):
+    """The request loads the CUDA libraries (dlopen through ctypes) and allocates right away, on
+    a new thread, long before the periodic re-scan (5 s): the loader's debugger hook
+    (bpf/loader.c) has the agent read the maps and attach at once. Every call from the first
+    one seen to the last is seen (the probes stay), each with its Python stack; what the first
+    seen call's offset after the load is, bench/loader_watch.py measures."""
+    server = services([str(EXAMPLES / "gpu_profile_server.py"), "--port", "0", "--thread-per-request"])
+    run = agent(["--pid", str(server.pid), "--json-file", str(tmp_path / "spans.json"),
+                 "--profiles-json-file", str(tmp_path / "profiles.jsonl"), "--profile-interval", "60",
+                 "--gpu-min-call-duration", "0"])  # fmt: skip
+    curl(server.port, "/health")
+    count, base = 150, 1_000_000
+    answer = curl(server.port, f"/load_and_allocate?count={count}&interval_us=2000&bytes={base}")
+    assert len(answer["offsets_us"]) == count
+    stop(run, server)
+    assert f"GPU: pid {server.pid}: probing {STANDIN}/build/libcudart.so.12" in run.output, run.output
+    seen = sorted(
+        int(s.attributes["otelbpf.gpu.memory.bytes"]) - base
+        for s in spans_in_file(tmp_path / "spans.json")
+        if s.span.name == "cudaMalloc" and s.resource.get("process.pid") == server.pid
+    )
+    assert seen, "no allocation after the load was seen"
+    first = seen[0]
+    assert seen == list(range(first, count)), f"calls missed after the first seen one ({first}): {sorted(set(range(first, count)) - set(seen))[:10]}"
+    allocations = [s for s in samples_of(tmp_path, server.pid) if s["type"] == ("alloc_space", "bytes")]
+    assert len(allocations) == count - first
+    assert all("allocate_after_load" in s["python"] for s in allocations), [s["python"] for s in allocations][:3]
+
+
+# --- kernels named on the launching stack -------------------------------------------------------------
+
+VECTOR_ADD = "GPU: vector_add(float const*, float const*, float*, int)"
+GEMM = "GPU: void gemm_kernel<float, 128>(float const*, float const*, float*, int)"
+LAYER_NORM = "GPU: layer_norm(float*, int)"
+TRITON = "GPU: triton_poi_fused_add_mul_0"
+FLASH = "GPU: flash_attn_fwd(float const*, float const*, float const*, float*, int)"
+
+
+def kernels_by_function(samples) -> dict[str, dict[str, int]]:
+    """The route's Python function -> kernel frame (the leaf) -> launches, for gpu_launch samples."""
+    out: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for s in samples:
+        if s["type"] != ("launches", "count"):
+            continue
+        python = next((f for f in s["python"] if f.startswith(("launch_", "replay_"))), "?")
+        out[python][s["leaf"]] += s["value"]
+    return {k: dict(v) for k, v in out.items()}
+
+
+def test_kernels_are_named_on_the_stack_that_launched_them(services, agent, tmp_path):
+    """Every launch sampled (--gpu-launch-sample-every 1) has its kernel on top, `GPU: <demangled
+    name>`, named by whatever CUDA revealed, in three servers traced at once:
+
+    - `fresh`: the agent before anything loaded: the runtime's lazy library loads
+      (cuLibraryGetKernel), a Triton-like module (cuModuleGetFunction), a library kernel's function
+      (cuKernelGetFunction, an alias), a graph replay, and a launch of a handle nothing named;
+    - `private`: its runtime reaches the driver without the exported entry points
+      (CUDA_STANDIN_PRIVATE_DRIVER): names from nvcc's registration (__cudaRegisterFunction, seen as
+      the kernel library loads after libcudart was probed) and CUDA 13's __cudaGetKernel alias;
+    - `preloaded`: everything loaded and launched once before the agent started: names from the
+      host functions' symbols and, for the cudaKernel_t launch, the host stub on the stack; the
+      Triton kernel's handle is shown, and counted, as nothing named it.
+    The same frames are in the pprof files and the flame graph page."""
+    launches = 7
+    fresh = services([str(EXAMPLES / "gpu_profile_server.py"), "--port", "0"])
+    private = services([str(EXAMPLES / "gpu_profile_server.py"), "--port", "0"], env={"CUDA_STANDIN_PRIVATE_DRIVER": "1"})
+    preloaded = services([str(EXAMPLES / "gpu_profile_server.py"), "--port", "0", "--preload-kernels"])
+    run = agent([*(a for s in (fresh, private, preloaded) for a in ("--pid", str(s.pid))),
+                 "--json-file", str(tmp_path / "spans.json"), "--profiles-json-file", str(tmp_path / "profiles.jsonl"),
+                 "--pprof-dir", str(tmp_path / "pprof"), "--flamegraph", str(tmp_path / "flame.html"),
+                 "--profile-interval", "60", "--gpu-launch-sample-every", "1"])  # fmt: skip
+    for server in (fresh, private):
+        curl(server.port, "/load")
+        assert wait_until(lambda: f"GPU: pid {server.pid}: probing {STANDIN}/build/libcudart.so.12" in run.output, timeout=20)
+    for server in (fresh, private, preloaded):
+        curl(server.port, f"/kernels?launches={launches}")
+        curl(server.port, f"/triton?launches={launches}")
+    curl(fresh.port, f"/jit?launches={launches}")
+    curl(fresh.port, f"/graph?launches={launches}")
+    curl(fresh.port, "/launch?launches=3")  # cudaLaunchKernel(0x1000): a handle nothing named
+    assert run.stop() == 0, run.output
+    for server in (fresh, private, preloaded):
+        server.stop()
+
+    named = {name: kernels_by_function(samples_of(tmp_path, server.pid)) for name, server in
+             (("fresh", fresh), ("private", private), ("preloaded", preloaded))}  # fmt: skip
+    assert named["fresh"] == {
+        "launch_vector_add": {VECTOR_ADD: launches}, "launch_gemm": {GEMM: launches}, "launch_layer_norm": {LAYER_NORM: launches},
+        "launch_triton_kernel": {TRITON: launches}, "launch_library_function": {FLASH: launches},
+        "replay_graph": {"GPU: [CUDA graph 0xc0ffee00]": launches}, "launch_kernels": {"GPU: [kernel 0x1000]": 3},
+    }  # fmt: skip
+    assert named["private"] == {
+        "launch_vector_add": {VECTOR_ADD: launches}, "launch_gemm": {GEMM: launches}, "launch_layer_norm": {LAYER_NORM: launches},
+        "launch_triton_kernel": {TRITON: launches},
+    }  # fmt: skip
+    unnamed = [leaf for leaf in named["preloaded"]["launch_triton_kernel"]]
+    assert named["preloaded"] == {
+        "launch_vector_add": {VECTOR_ADD: launches}, "launch_gemm": {GEMM: launches}, "launch_layer_norm": {LAYER_NORM: launches},
+        "launch_triton_kernel": {unnamed[0]: launches},
+    }  # fmt: skip
+    assert len(unnamed) == 1 and unnamed[0].startswith("GPU: [kernel 0x"), unnamed
+    stats = run.stats()
+    assert stats["otelbpf.profiles.gpu.kernel_frames{handle}"] == 5 * launches + launches  # fresh, and private's Triton
+    assert stats.get("otelbpf.profiles.gpu.kernel_frames{registered}") == 3 * launches
+    assert stats["otelbpf.profiles.gpu.kernel_frames{symbol}"] == 2 * launches
+    assert stats["otelbpf.profiles.gpu.kernel_frames{stub}"] == launches
+    assert stats["otelbpf.profiles.gpu.kernel_frames{none}"] == 3 + launches
+    assert stats["otelbpf.profiles.gpu.kernel_frames{graph}"] == launches
+    # the kernel sits on the launch call's stack: the driver's launch, the runtime's, nvcc's stub
+    sample = next(s for s in samples_of(tmp_path, fresh.pid) if s["leaf"] == VECTOR_ADD)
+    assert sample["kinds"][0] == "cuda" and sample["native"][:2] == ["cuLaunchKernel", "cudaLaunchKernel"]
+    assert any(n.startswith("__device_stub__Z10vector_addPKfS0_Pfi") for n in sample["native"]), sample["native"]
+    # every output: pprof (go tool pprof) and the page
+    files = [str(p) for p in (tmp_path / "pprof").glob(f"gpu_launch-{fresh.pid}-*.pb.gz")]
+    assert files, sorted(p.name for p in (tmp_path / "pprof").iterdir())
+    raw = go_pprof(tmp_path, "-raw", *files)  # every location's function as written (-top shortens templates)
+    for kernel in (VECTOR_ADD, GEMM, TRITON, FLASH, LAYER_NORM):
+        assert kernel in raw, raw[-3000:]
+    page = (tmp_path / "flame.html").read_text()
+    assert json.dumps(VECTOR_ADD)[1:-1] in page and '"cuda"' in page

@@ -64,6 +64,8 @@ WAITER_ACQUIRE_LINE = 29
 #: Sampling window the spinning targets get at least (beyond the requests' own time).
 MIN_WINDOW_S = 8.0
 THREADED_REQUESTS = 16
+#: CPU seconds each interpreter's late thread spins (late_thread.py): ~50 samples at HZ.
+LATE_CPU_S = 0.5
 ASYNC_ROUNDS = 6
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 GO = shutil.which("go")
@@ -234,6 +236,7 @@ class Run:
     async_pairs: list = field(default_factory=list)
     stats: dict = field(default_factory=dict)
     build_dir: Path | None = None
+    log: str = ""
 
     def of(self, name: str, kind: str = "samples", source: str = "grpc") -> list[Observation]:
         pid = self.targets[name].pid
@@ -294,6 +297,7 @@ def run(tmp_path_factory) -> Run:
         for name, path in INTERPRETERS.items():
             if path.exists():
                 targets[f"py-{name}"] = Target(name, [str(path), str(TARGETS / "py_hot.py")])
+                targets[f"late-{name}"] = Target(f"late-{name}", [str(path), str(TARGETS / "late_thread.py"), str(LATE_CPU_S)])
         targets["qsort"] = Target("qsort", [str(DEBIAN_PYTHON), str(TARGETS / "ctypes_qsort.py")])
         targets["late"] = Target("late", [str(DEBIAN_PYTHON), str(TARGETS / "late_thread.py")])
         targets["offcpu"] = Target("offcpu", [str(DEBIAN_PYTHON), str(TARGETS / "offcpu.py")])
@@ -320,9 +324,12 @@ def run(tmp_path_factory) -> Run:
             ], env={VERIFY_UNWIND: "1"})  # fmt: skip
             try:
                 ready = time.monotonic()
-                targets["late"].proc.stdin.write("go\n")
-                targets["late"].proc.stdin.flush()
-                assert targets["late"].proc.stdout.readline().strip() == "started"
+                late = [t for name, t in targets.items() if name.startswith("late")]
+                for target in late:
+                    target.proc.stdin.write("go\n")
+                    target.proc.stdin.flush()
+                for target in late:
+                    assert target.proc.stdout.readline().strip() == "started"
                 threaded, asynced = [], []
                 drivers = [
                     threading.Thread(target=drive_threaded, args=(targets["threaded"].port, threaded)),
@@ -359,6 +366,7 @@ def run(tmp_path_factory) -> Run:
             outer_window=(started, exited),
             stats=agent.stats(),
             build_dir=tmp,
+            log=agent.output,
         )
     finally:
         for target in targets.values():
@@ -535,6 +543,43 @@ def test_thread_started_after_attach_gets_python_frames(run: Run) -> None:
     assert len(late) >= 10, Counter(tuple(f.name for f in o.python) for o in run.of("late")).most_common(5)
     assert {o.attributes["thread.id"] for o in late} != {run.targets["late"].pid}  # not the main thread
     assert any(in_order(o.frames, py("late_spinner"), py("Thread.run"), py("Thread._bootstrap")) for o in late)
+
+
+@pytest.mark.parametrize("interpreter", list(INTERPRETERS))
+def test_a_new_threads_first_sample_has_its_python_frames_on_each_interpreter(run: Run, interpreter: str) -> None:
+    """A thread the agent never saw listed: the kernel reads its state from its TLS (the
+    PyGILState key on 3.10-3.13), so every one of its samples, the first included, has its
+    Python frames, with no wait for a re-read of the thread list."""
+    name = f"late-{interpreter}"
+    require(name in run.targets, f"{INTERPRETERS[interpreter]} is not installed")
+    pid = run.targets[name].pid
+    assert f"profiles: pid {pid}: Python thread states from each thread's TLS: pthread key" in run.log
+    threads = [o for o in run.of(name) if o.attributes["thread.id"] != pid]
+    assert len(threads) >= 10, Counter(o.attributes["thread.id"] for o in run.of(name))
+    missing = [o.names()[:4] for o in threads if python_missing(o)]
+    assert not missing, f"{len(missing)} of {len(threads)} samples of the new thread without Python frames: {missing[:3]}"
+    spinning = [o for o in threads if o.python]
+    assert len(spinning) >= 10
+    assert all(in_order(o.frames, py("late_spinner"), py("Thread.run" if interpreter != "3.10" else "run")) for o in spinning)
+
+
+def python_missing(o: Observation) -> bool:
+    """A sample taken while its thread ran Python code (its native stack shows the interpreter's
+    evaluation loop) without its Python frames: the stack builder puts a thread's Python frames
+    in place of each ``_PyEval_EvalFrameDefault``, so one left over has none. Samples outside
+    the thread's Python life (its start before the interpreter runs, its exit) have no such frame."""
+    return not o.python and any(f.name.startswith("_PyEval_EvalFrameDefault") for f in o.frames)
+
+
+def test_every_sample_of_a_thread_per_request_server_has_python_frames(run: Run) -> None:
+    """ThreadingHTTPServer starts a thread per request, each sampled a few times in its life:
+    none of those samples (each thread's first included) lacks its Python frames."""
+    pid = run.targets["threaded"].pid
+    requests = [o for o in run.of("threaded") if o.attributes["thread.id"] != pid]
+    assert len({o.attributes["thread.id"] for o in requests}) >= THREADED_REQUESTS // 2
+    assert sum(1 for o in requests if o.python) >= 20
+    missing = [o.names()[:4] for o in requests if python_missing(o)]
+    assert not missing, f"{len(missing)} of {len(requests)} request-thread samples without Python frames: {missing[:3]}"
 
 
 # --- 7. PyTorch on the CPU ---------------------------------------------------------------------------
@@ -772,3 +817,43 @@ def test_an_agent_sleeps_while_only_samples_come_and_loses_none(spinner: Target,
     assert len(written) == taken, (len(written), stats)
     whole = [o for o in written if "hot" in o.names() and o.names()[o.names().index("hot") + 1] == "caller"]
     assert len(whole) >= 0.9 * len(written), Counter(tuple(o.names()[:3]) for o in written).most_common(3)
+
+
+def test_a_shared_libpython_thread_local_read_through_the_dtv(tmp_path: Path) -> None:
+    """The kernel's DTV path (3.14's _Py_tss_gilstate in a shared libpython), driven on pyenv's
+    3.13 with its _Py_tss_tstate (OTELBPF_PY_TSTATE=tls:_Py_tss_tstate, a test setting): a
+    thread started after attach, holding the GIL while it spins, has its Python frames,
+    none from the thread list (never re-read in so short a life at this rate). _Py_tss_tstate
+    is the *current* state, cleared while a thread waits for the GIL: the thread's first sample,
+    while the GIL changed hands at its start, may lack them (3.14's gilstate variable, like
+    3.10-3.13's key, stays set: tests/test_profiles_thread_local.py, and the late-thread test above)."""
+    interpreter = INTERPRETERS["3.13"]
+    require(interpreter.exists(), f"{interpreter} is not installed")
+    target = Target("late-dtv", [str(interpreter), str(TARGETS / "late_thread.py"), str(LATE_CPU_S)])
+    target.wait_ready()
+    env = {k: "" for k in os.environ if k.startswith("OTEL_EXPORTER_OTLP")}
+    env["OTELBPF_PY_TSTATE"] = "tls:_Py_tss_tstate"
+    try:
+        agent = AgentProcess(["--pid", str(target.pid), "--profile-hz", str(HZ), "--json-file", str(tmp_path / "traces.json"),
+                              "--profiles-json-file", str(tmp_path / "profiles.jsonl")], env=env)  # fmt: skip
+        try:
+            target.proc.stdin.write("go\n")
+            target.proc.stdin.flush()
+            assert target.proc.stdout.readline().strip() == "started"
+            deadline = time.monotonic() + 60  # until the late thread has spun its CPU seconds and ended
+            while time.monotonic() < deadline and len(os.listdir(f"/proc/{target.pid}/task")) > 1:
+                time.sleep(0.2)
+            assert agent.stop() == 0, agent.output[-3000:]
+        finally:
+            if agent.proc.poll() is None:
+                agent.proc.kill()
+                agent.proc.wait()
+    finally:
+        target.stop()
+    assert f"profiles: pid {target.pid}: Python thread states from each thread's TLS: _Py_tss_tstate (symbol), TLS module" in agent.output
+    samples = sorted((o for o in observations(read_profiles_json_file(tmp_path / "profiles.jsonl"))
+                      if o.pid == target.pid and o.attributes["thread.id"] != target.pid), key=lambda o: o.ts)  # fmt: skip
+    assert len(samples) >= 10
+    missing = [o.names()[:4] for o in samples[1:] if python_missing(o)]
+    assert not missing, f"{len(missing)} of {len(samples)} samples without Python frames: {missing[:3]}"
+    assert sum(1 for o in samples if o.python) >= 10

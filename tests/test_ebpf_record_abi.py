@@ -18,6 +18,7 @@ from otelbpf.core.events import (
     ConnPeer,
     DataEvent,
     DatagramEvent,
+    LibraryLoad,
     ProcessExit,
     ProcessStart,
     RoleHint,
@@ -56,6 +57,7 @@ int main(void) {
     F(call_info, off_cpu_entry_ns); F(call_info, off_cpu_return_ns); F(call_info, comm_seq);
 #define C(name) printf(#name " %d\n", (int)(name))
     C(EV_DATA); C(EV_CONN_OPEN); C(EV_CONN_CLOSE); C(EV_PROC_EXIT); C(EV_CONN_PEER); C(EV_DATAGRAM); C(EV_PROC_START); C(EV_CALL);
+    C(EV_LIB_LOAD);
     C(STAT_LOST); C(STAT_IO_MAP_FULL); C(STAT_NO_TUPLE); C(STAT_MMSG_UNKNOWN); C(STAT_CALL_DEPTH); C(STAT_TLS_UNATTRIBUTED); C(STAT_PROFILE_LOST); C(STAT_COUNT);
     C(STAT_CTX_WRITTEN); C(STAT_CTX_NO_SPACE); C(STAT_CTX_READ); C(STAT_CTX_ADOPTED); C(STAT_CTX_UNPLACED);
     C(STAT_CTX_MISSING); C(DF_TRACE_CTX);
@@ -65,11 +67,22 @@ int main(void) {
     C(DF_PIECE); C(WHOLE_CAPTURE_BYTES); C(WHOLE_PIECE_BYTES); C(WHOLE_GATHER_PIECE_BYTES);
     printf("profile_info %zu\n", sizeof(struct profile_info));
     F(profile_info, stack_addr); F(profile_info, kernel_stack_id); F(profile_info, py_count); F(profile_info, kind);
-    F(profile_info, flags); F(profile_info, comm); F(profile_info, regs); F(profile_info, py);
+    F(profile_info, flags); F(profile_info, comm); F(profile_info, gpu_kernel); F(profile_info, gpu_host_function);
+    F(profile_info, regs); F(profile_info, py);
+    printf("gpu_kernel_name %zu\n", sizeof(struct gpu_kernel_name));
+    F(gpu_kernel_name, handle); F(gpu_kernel_name, alias); F(gpu_kernel_name, name_addr); F(gpu_kernel_name, source);
+    F(gpu_kernel_name, name);
+    C(EV_GPU_KERNEL_NAME); C(PF_GPU_GRAPH); C(GPU_NAME_BYTES); C(GPU_NAME_MODULE_FUNCTION); C(GPU_NAME_LIBRARY_KERNEL);
+    C(GPU_NAME_KERNEL_FUNCTION); C(GPU_NAME_REGISTERED); C(GPU_NAME_RUNTIME_KERNEL);
     printf("py_frame %zu\n", sizeof(struct py_frame));
     F(py_frame, code); F(py_frame, instr); F(py_frame, flags);
     printf("offcpu_end %zu\n", sizeof(struct offcpu_end));
     F(offcpu_end, blocked_ns);
+    printf("py_offsets %zu\n", sizeof(struct py_offsets));
+    F(py_offsets, version); F(py_offsets, tstate_frame); F(py_offsets, cframe_current_frame); F(py_offsets, frame_previous);
+    F(py_offsets, frame_code); F(py_offsets, frame_instr); F(py_offsets, frame_owner); F(py_offsets, owner_kind);
+    F(py_offsets, shim_owner); F(py_offsets, tstate_mode); F(py_offsets, tls_module); F(py_offsets, pad); F(py_offsets, tls_offset);
+    C(PY_TSTATE_MAP); C(PY_TSTATE_FS); C(PY_TSTATE_DTV);
     C(EV_PROFILE); C(EV_OFFCPU_END);
     C(PROFILE_ON_CPU); C(PROFILE_OFF_CPU); C(PROFILE_GPU_CALL); C(PROFILE_GPU_LAUNCH);
     /* PROFILE_KINDS */
@@ -171,7 +184,7 @@ def test_a_record_with_a_trace_context_decodes_to_its_event():
 
 def test_constants_match_c(c_layout):
     names = (
-        "EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER EV_DATAGRAM EV_PROC_START EV_CALL "
+        "EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER EV_DATAGRAM EV_PROC_START EV_CALL EV_LIB_LOAD "
         "STAT_LOST STAT_IO_MAP_FULL STAT_NO_TUPLE STAT_MMSG_UNKNOWN STAT_CALL_DEPTH STAT_TLS_UNATTRIBUTED STAT_PROFILE_LOST STAT_COUNT "
         "SOURCE_SOCKET SOURCE_TLS DF_SENDFILE DF_IOV_TRUNCATED DF_MMSG_UNKNOWN "
         "DF_PIECE WHOLE_CAPTURE_BYTES WHOLE_PIECE_BYTES WHOLE_GATHER_PIECE_BYTES"
@@ -198,15 +211,16 @@ def test_profile_constants_match_c(c_layout):
 
     names = (
         "EV_PROFILE EV_OFFCPU_END PROFILE_ON_CPU PROFILE_OFF_CPU PROFILE_GPU_CALL PROFILE_GPU_LAUNCH "
-        "PF_KERNEL_MODE PF_PY_NO_THREAD PF_PY_TRUNCATED PF_STACK_TRUNCATED PYF_EVAL_END PYF_SHIM "
-        "PROFILE_PY_FRAMES PROFILE_REGS PROFILE_STACK_BYTES"
+        "PF_KERNEL_MODE PF_PY_NO_THREAD PF_PY_TRUNCATED PF_STACK_TRUNCATED PF_GPU_GRAPH PYF_EVAL_END PYF_SHIM "
+        "PROFILE_PY_FRAMES PROFILE_REGS PROFILE_STACK_BYTES EV_GPU_KERNEL_NAME GPU_NAME_BYTES GPU_NAME_MODULE_FUNCTION "
+        "GPU_NAME_LIBRARY_KERNEL GPU_NAME_KERNEL_FUNCTION GPU_NAME_REGISTERED GPU_NAME_RUNTIME_KERNEL"
     ).split()
     for name in names:
         assert c_layout[name] == (getattr(records, name),), name
     # the profile record types do not collide with the socket ones
     assert len({getattr(layout, n) for n in ("EV_DATA EV_CONN_OPEN EV_CONN_CLOSE EV_PROC_EXIT EV_CONN_PEER "
-                                               "EV_DATAGRAM EV_PROC_START EV_CALL").split()}
-               | {records.EV_PROFILE, records.EV_OFFCPU_END}) == 10  # fmt: skip
+                                               "EV_DATAGRAM EV_PROC_START EV_CALL EV_LIB_LOAD").split()}
+               | {records.EV_PROFILE, records.EV_OFFCPU_END, records.EV_GPU_KERNEL_NAME}) == 12  # fmt: skip
 
 
 def test_profile_kinds_table_matches_c(c_layout):
@@ -224,8 +238,8 @@ def test_profile_records_match_c(c_layout):
     from otelbpf.profiles import records
 
     assert c_layout["profile_info"] == (records.PROFILE_INFO_SIZE,)
-    head = ["stack_addr", "kernel_stack_id", "py_count", "kind", "flags", "comm", "regs"]
-    # PROFILE_INFO_HEAD ("<QiHBB16s21Q"): one format field per C field, regs the PROFILE_REGS words
+    head = ["stack_addr", "kernel_stack_id", "py_count", "kind", "flags", "comm", "gpu_kernel", "gpu_host_function", "regs"]
+    # PROFILE_INFO_HEAD ("<QiHBB16sQQ21Q"): one format field per C field, regs the PROFILE_REGS words
     assert [c_layout[f"profile_info.{f}"] for f in head] == _offsets_of(records.PROFILE_INFO_HEAD.format)
     assert c_layout["profile_info.regs"][1] == records.PROFILE_REGS * 8
     assert c_layout["profile_info.py"] == (records.PROFILE_INFO_HEAD.size, records.PROFILE_PY_FRAMES * records.PY_FRAME.size)
@@ -233,6 +247,24 @@ def test_profile_records_match_c(c_layout):
     assert [c_layout[f"py_frame.{f}"] for f in ("code", "instr", "flags")] == _offsets_of(records.PY_FRAME.format)
     assert c_layout["offcpu_end"] == (records.OFFCPU_END.size,)
     assert c_layout["offcpu_end.blocked_ns"] == _offsets_of(records.OFFCPU_END.format)[0]
+    # struct gpu_kernel_name: GPU_KERNEL_NAME ("<QQQB7x"), then the name bytes
+    assert c_layout["gpu_kernel_name"] == (records.GPU_KERNEL_NAME.size + records.GPU_NAME_BYTES,)
+    assert [c_layout[f"gpu_kernel_name.{f}"] for f in ("handle", "alias", "name_addr", "source")] == _offsets_of(
+        _fields_without_padding(records.GPU_KERNEL_NAME.format))
+    assert c_layout["gpu_kernel_name.name"] == (records.GPU_KERNEL_NAME.size, records.GPU_NAME_BYTES)
+
+
+def test_python_offsets_match_c(c_layout):
+    """The py_procs value user space writes (otelbpf/profiles/python/offsets.py) is bpf/capture.h's
+    struct py_offsets, and the thread-state modes are the same numbers on both sides."""
+    from otelbpf.profiles.python import offsets
+    from otelbpf.profiles.python import thread_local as tls
+
+    fields = ["version", "tstate_frame", "cframe_current_frame", "frame_previous", "frame_code", "frame_instr",
+              "frame_owner", "owner_kind", "shim_owner", "tstate_mode", "tls_module", "pad", "tls_offset"]  # fmt: skip
+    assert c_layout["py_offsets"] == (offsets.PY_OFFSETS.size,)
+    assert [c_layout[f"py_offsets.{f}"] for f in fields] == _offsets_of(offsets.PY_OFFSETS.format)
+    assert [c_layout[n][0] for n in ("PY_TSTATE_MAP", "PY_TSTATE_FS", "PY_TSTATE_DTV")] == [tls.MODE_NONE, tls.MODE_FS, tls.MODE_DTV]
 
 
 # -- saved user registers (ebpf_layout.SYSCALL_REGS) ---------------------------
@@ -337,11 +369,13 @@ def test_decode_every_record_type():
             _record(layout.EV_CONN_PEER, info),
             _record(layout.EV_CONN_CLOSE),
             _record(layout.EV_PROC_EXIT),
+            _record(layout.EV_LIB_LOAD),
             b"short",
             _record(99),
         ]
     )
-    assert [type(e) for e in events] == [ConnOpen, DataEvent, ConnPeer, ConnClose, ProcessExit]
+    assert [type(e) for e in events] == [ConnOpen, DataEvent, ConnPeer, ConnClose, ProcessExit, LibraryLoad]
+    assert (events[5].ts_ns, events[5].pid) == (1_005, 100)
     assert (events[0].sock_id, events[0].peer_sock_id) == (11, 22)
     assert events[2].peer_sock_id == 22
     opened, data = events[0], events[1]

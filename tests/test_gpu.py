@@ -139,8 +139,16 @@ def test_a_renamed_copy_is_a_candidate_by_its_exports(standin, tmp_path):
 def test_no_probe_on_functions_called_per_launch():
     probed = {f for _n, _lib, _h, functions, _fl, _l in gpu_probes.CALL_PROBES for f in functions}
     assert not probed & {"cudaGetDevice", "cuCtxGetDevice", "cudaLaunchKernel"}
-    assert set(gpu_probes.LAUNCH_SPEC.symbols) >= {"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch"}
-    assert gpu_probes.LAUNCH_SPEC.ret is None  # entry-only
+    launches = {f for spec in gpu_probes.LAUNCH_SPECS for f in spec.symbols}
+    assert launches >= {"cuLaunchKernel", "cuLaunchKernelEx", "cuGraphLaunch"}
+    assert all(spec.ret is None for spec in gpu_probes.LAUNCH_SPECS)  # entry-only
+    # the launched handle's place decides the program: first argument, second (Ex), a graph's
+    entries = {f: spec.entry for spec in gpu_probes.LAUNCH_SPECS for f in spec.symbols}
+    assert entries["cuLaunchKernel"] == "gpu_launch_enter" and entries["cuLaunchKernelEx"] == "gpu_launch_ex_enter"
+    assert entries["cuGraphLaunch"] == "gpu_graph_launch_enter"
+    # naming the kernels of launch samples: the runtime's launch calls are noted, entry only
+    runtime = [spec for spec in gpu_probes.NAME_SPECS if spec.name.startswith("gpu.launches")]
+    assert all(spec.ret is None for spec in runtime) and gpu_probes.RUNTIME_LAUNCH_FUNCTIONS >= {"cudaLaunchKernel"}
 
 
 def test_doctor_says_what_each_process_would_have_probed(standin, services):
@@ -469,7 +477,8 @@ def test_launch_totals_of_an_exited_process_are_read_once_more_then_forgotten():
     table = _Totals({7: _Leaf(5), 8: _Leaf(9, 1_500)})
     source = _Source(table)
     source.gpu = gpu_probes.GpuProbes(source, timed_launches=True)
-    assert source.probes[-1] is gpu_probes.TIMED_LAUNCH_SPEC and gpu_probes.TIMED_LAUNCH_SPEC.ret == "gpu_launch_return"
+    assert tuple(source.probes[-3:]) == gpu_probes.TIMED_LAUNCH_SPECS
+    assert all(spec.ret == "gpu_launch_return" and spec.entry.endswith("_timed") for spec in gpu_probes.TIMED_LAUNCH_SPECS)
     source.gpu.forget(8)  # exited: its BPF entry is freed, its final totals kept for the next read
     assert 8 not in table
     sums = gpu_probes.launch_sums(source)

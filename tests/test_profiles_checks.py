@@ -35,6 +35,7 @@ def test_each_python_process_says_its_version_and_whether_frames_are_readable():
         found = {c.name: c for c in checks.check_python_processes([known.pid] + ([unknown.pid] if unknown else []) + [os.getppid()])}
         assert found[f"profiles: pid {known.pid}"].status == INFO
         assert found[f"profiles: pid {known.pid}"].detail.startswith("CPython 3.11 (offsets known)")
+        assert "; thread states from TLS: pthread key" in found[f"profiles: pid {known.pid}"].detail
         if unknown is not None:
             detail = found[f"profiles: pid {unknown.pid}"].detail
             assert "3.9" in detail and "native" in detail, detail

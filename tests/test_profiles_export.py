@@ -339,6 +339,25 @@ def test_pprof_files_read_by_go_tool_pprof(tmp_path: Path) -> None:
     assert flat_and_cum(go_pprof(tmp_path, "-top", "-unit=ns", str(off_cpu)))["schedule"][0] == 5_000_000
 
 
+def test_pprof_samples_keep_their_time_so_a_range_can_be_cut_out(tmp_path: Path) -> None:
+    """Each sample carries the numeric label timestamp_ns (identical stacks at other instants stay
+    apart): ``go tool pprof -tagfocus=timestamp_ns=A:B`` keeps one time range."""
+    second = 1_000_000_000
+    samples = [Sample(CPU, 100, 101, T0 + i * second, (MEMCPY, INNER, OUTER), (1,), "worker") for i in range(3)]
+    samples += [Sample(CPU, 100, 101, T0 + 2 * second, (SYSCALL, READ, OUTER), (1,), "worker")] * 2
+    exporter = PprofDirectoryExporter(tmp_path / "pprof")
+    assert exporter.export(samples, RESOURCES)
+    (cpu,) = exporter.written
+    if shutil.which("go") is None:
+        pytest.skip("go not installed")
+    whole = flat_and_cum(go_pprof(tmp_path, "-top", str(cpu)))
+    assert whole["__memcpy_avx_unaligned"] == (3, 3) and whole["do_syscall_64"] == (2, 2)
+    early = flat_and_cum(go_pprof(tmp_path, "-top", f"-tagfocus=timestamp_ns={T0}:{T0 + second // 2}", str(cpu)))
+    assert early["__memcpy_avx_unaligned"] == (1, 1) and "do_syscall_64" not in early
+    late = flat_and_cum(go_pprof(tmp_path, "-top", f"-tagfocus=timestamp_ns={T0 + 3 * second // 2}:{T0 + 3 * second}", str(cpu)))
+    assert late["__memcpy_avx_unaligned"] == (1, 1) and late["do_syscall_64"] == (2, 2)
+
+
 def test_pprof_keeps_every_sample_type_of_a_multi_value_type(tmp_path: Path) -> None:
     exporter = PprofDirectoryExporter(tmp_path)
     assert exporter.export([Sample(GPU_ALLOC, 7, 7, T0, (INNER, OUTER), (2, 4096))], {})

@@ -155,3 +155,122 @@ def test_the_page_is_self_contained(page: Path) -> None:
     assert "fetch(" not in text and "XMLHttpRequest" not in text
     assert "__OTELBPF_FLAMEGRAPH_DATA__" not in text
     assert "</script><script>document.title" not in text  # escaped inside the JSON
+
+
+# --- the sub-second heat map ----------------------------------------------------------------------------
+
+SECOND = 1_000_000_000
+START = 1_750_000_000 * SECOND  # a whole second: cell 0 is its first 20 ms
+STALL = Frame(FRAME_PYTHON, "checkpoint_stall", "/app/train.py", 7)
+STEADY = Frame(FRAME_PYTHON, "serve_step", "/app/serve.py", 3)
+OTHER = Frame(FRAME_PYTHON, "other_process", "/app/other.py", 1)
+STALL_SPAN = bytes.fromhex("5a11" * 4)
+
+
+def timed_samples() -> list[Sample]:
+    """Three seconds of a server: a step every 100 ms, a 60 ms stall at 1.40 s (linked to a span),
+    and another process busy at 1.41 s."""
+    steady = [Sample(CPU, 100, 101, START + i * SECOND // 10 + 5_000_000, (STEADY,), (1,)) for i in range(30)]
+    stall = [Sample(CPU, 100, 102, START + 1_400_000_000 + i * 6_000_000, (STALL,), (1,), trace_id=TRACE_B, span_id=STALL_SPAN)
+             for i in range(10)]  # fmt: skip
+    other = [Sample(CPU, 200, 201, START + 1_410_000_000 + i, (OTHER,), (1,)) for i in range(3)]
+    return steady + stall + other
+
+
+def in_cells(samples: list[Sample], first: int, last: int, pid: int | None = None) -> dict[str, int]:
+    """Function -> samples of ``samples`` whose time falls in heat-map cells first..last."""
+    out: dict[str, int] = {}
+    for s in samples:
+        cell = (s.time_unix_nano - START) // 20_000_000
+        if first <= cell <= last and (pid is None or s.pid == pid):
+            out[s.frames[0].function] = out.get(s.frames[0].function, 0) + s.values[0]
+    return out
+
+
+@pytest.fixture(scope="module")
+def timed_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_flamegraph(tmp_path_factory.mktemp("heat") / "flame.html", timed_samples(), RESOURCES)
+
+
+def test_samples_keep_their_20ms_cell() -> None:
+    graph = FlameGraph()
+    graph.add(timed_samples(), RESOURCES)
+    document = graph.document()
+    assert document["time"]["startUnixNano"] == START and document["time"]["cellNs"] == 20_000_000
+    names = [frame[1] for frame in document["frames"]]
+    stall = next(s for s in document["stacks"] if names[s[2][0]] == "checkpoint_stall")
+    cells = dict(zip(stall[7][::2], stall[7][1::2]))  # [cell, value, cell, value, ...] (one sample type)
+    assert cells == {70: 4, 71: 3, 72: 3} and sum(cells.values()) == stall[5][0] == 10
+    steady = next(s for s in document["stacks"] if names[s[2][0]] == "serve_step")
+    assert steady[7][::2] == [5 * i for i in range(30)]  # one step per 100 ms, in the first cell of each
+
+
+def test_cells_beyond_the_bound_count_in_the_whole_run_only() -> None:
+    graph = FlameGraph(max_cells=5)
+    graph.add(timed_samples(), RESOURCES)
+    document = graph.document()
+    assert sum(len(s[7]) // 2 for s in document["stacks"]) == 5
+    assert document["time"]["untimedSamples"] == len(timed_samples()) - sum(
+        sum(s[7][1::2]) for s in document["stacks"])  # fmt: skip
+    assert sum(s[5][0] for s in document["stacks"]) == len(timed_samples())
+
+
+@needs_chromium
+def test_selecting_heat_map_cells_redraws_only_that_range(tmp_path: Path, timed_page: Path) -> None:
+    """The hash's cells=A-B presses on cell A and releases on cell B, as a hand would; the graph then
+    holds only the samples of those 20 ms cells, with the process and trace filters still applied."""
+    samples = timed_samples()
+    whole = page_state(tmp_path, timed_page, "pid=100")
+    assert whole["range"] is None and whole["total"] == 40
+    assert whole["heat"]["columns"] == 3 and whole["heat"]["total"] == 40
+    heat = {int(cell): value for cell, value in whole["heat"]["cells"].items()}
+    assert heat == {cell: sum(in_cells(samples, cell, cell, pid=100).values()) for cell in range(150) if in_cells(samples, cell, cell, pid=100)}
+    assert heat[70] == 5 and heat[75] == 1  # the stall's first cell (and a step), a step alone
+    assert 'id="state-range">whole run<' in whole["dom"]
+
+    stall = page_state(tmp_path, timed_page, "pid=100&cells=70-72")
+    assert stall["range"] == [70, 72] and stall["rangeMs"] == [1400, 1460]
+    expected = in_cells(samples, 70, 72, pid=100)
+    assert expected == {"checkpoint_stall": 10, "serve_step": 1}
+    assert stall["total"] == sum(expected.values())
+    assert {"checkpoint_stall", "serve_step"} <= set(stall["visible"]) and "other_process" not in stall["visible"]
+    assert stall["dom"].count('class="cell sel"') == 3
+    assert 'id="state-range">1.40 s to 1.46 s (3 cells)<' in stall["dom"]
+
+    everyone = page_state(tmp_path, timed_page, "cells=70-72")  # all processes: the other one's too
+    assert everyone["total"] == sum(in_cells(samples, 70, 72).values()) == 14
+    assert "other_process" in everyone["visible"]
+
+    traced = page_state(tmp_path, timed_page, f"cells=60-80&id={STALL_SPAN.hex()}")  # and the trace filter
+    assert traced["total"] == 10 and "serve_step" not in traced["visible"]
+
+    quiet = page_state(tmp_path, timed_page, "pid=100&cells=100-110")  # 2.00-2.22 s: steps only
+    assert quiet["total"] == sum(in_cells(samples, 100, 110, pid=100).values()) == 3
+    assert "checkpoint_stall" not in quiet["visible"]
+
+
+@needs_chromium
+def test_the_page_compares_two_time_ranges_and_two_processes(tmp_path: Path, timed_page: Path) -> None:
+    """Without the diff command: a base side (process, cells) from the hash (what "Set as base" keeps),
+    the selected side coloured against it: the stall grew against a quiet range of the same process."""
+    samples = timed_samples()
+    quiet = in_cells(samples, 100, 149, pid=100)  # 2.00-3.00 s: steps only
+    stalled = in_cells(samples, 70, 72, pid=100)
+    state = page_state(tmp_path, timed_page, "pid=100&cells=70-72&base=100:100-149")
+    assert state["compare"]["pid"] == "100" and state["compare"]["range"] == [100, 149]
+    assert state["compare"]["total"] == sum(quiet.values()) and state["total"] == sum(stalled.values())
+    frames = {f["label"]: f for f in state["compare"]["frames"]}
+    stall = frames["checkpoint_stall"]
+    assert stall["baseShare"] == 0 and stall["share"] == pytest.approx(10 / 11) and _reddish(stall["colour"])
+    step = frames["serve_step"]
+    assert step["baseShare"] == 1 and step["share"] == pytest.approx(1 / 11) and not _reddish(step["colour"])
+    assert "comparing with the base: api (100), 2.00 s to 3.00 s (50 cells)" in state["dom"]
+
+    processes = page_state(tmp_path, timed_page, "pid=200&base=100:")  # another process against this one
+    shares = {f["label"]: (f["share"], f["baseShare"]) for f in processes["compare"]["frames"]}
+    assert shares["other_process"] == (1, 0) and "api (100)" not in processes["visible"]  # no process level
+
+
+def _reddish(colour: str) -> bool:
+    r, g, b = (int(x) for x in re.findall(r"\d+", colour)[:3])
+    return r > g and r > b

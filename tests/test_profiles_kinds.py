@@ -22,7 +22,7 @@ from otelbpf.profiles import types
 from otelbpf.profiles.kinds import PROFILE_KINDS, ProfileKind, Setting
 from otelbpf.profiles.model import FRAME_NATIVE, Frame, ProfileType
 from otelbpf.profiles.profiler import Profiler
-from otelbpf.profiles.records import PROFILE_ON_CPU, OffCpuEnd, StackSampleEvent
+from otelbpf.profiles.records import PROFILE_ON_CPU, GpuKernelName, OffCpuEnd, StackSampleEvent
 from otelbpf.profiles.sampler import SUPPORTED, ProfileConfig, ProfileSampler, profile_config_class
 
 PID, TID = 4242, 4243
@@ -161,7 +161,8 @@ def test_the_profiler_dispatches_each_kind_to_its_tables_handler():
     profiler = Profiler(None, [out], Resources(), counters, 19, interval_s=3600, builder=StubBuilder(), kinds=KINDS)
     pipeline = Pipeline()
     profiler.attach(pipeline)
-    assert set(pipeline.handlers) == {StackSampleEvent, OffCpuEnd}  # off-CPU's end events, from its entry
+    # off-CPU's end events and the GPU kernels' names, from their entries
+    assert set(pipeline.handlers) == {StackSampleEvent, OffCpuEnd, GpuKernelName}
 
     profiler.on_sample(sample(FAULT_KIND.record_kind, weight=5, stack=1))
     profiler.on_sample(sample(PROFILE_ON_CPU, stack=2))

@@ -272,8 +272,10 @@ def test_offsets_match_dwarf(version):
 
 def test_py_offsets_bytes():
     data = O.PY311.bpf.to_bytes()
-    assert len(data) == 36
-    assert struct.unpack("<9I", data) == (0x030B, 56, 8, 48, 32, 56, 68, O.OWNER_IS_ENTRY, O.NONE)
+    assert len(data) == 56
+    assert struct.unpack("<9IIIIq", data) == (0x030B, 56, 8, 48, 32, 56, 68, O.OWNER_IS_ENTRY, O.NONE, 0, 0, 0, 0)
+    tls = O.PY311.bpf.with_tstate(2, -24, 3).to_bytes()
+    assert struct.unpack("<9IIIIq", tls)[9:] == (2, 3, 0, -24) and tls[:36] == data[:36]
 
 
 def test_debug_offsets_rejects_garbage():

@@ -202,7 +202,7 @@ def test_decoder_keeps_registers_frames_and_stack_as_bytes():
     regs = list(range(100, 121))
     py = records((0xA0, 4, 0), (0xC0, 12, 1))
     stack = bytes(range(256)) * 4
-    info = PROFILE_INFO_FIELDS.pack(0x7000, -1, 2, 0, 0, b"worker\0") + struct.pack("<21Q", *regs) + py
+    info = PROFILE_INFO_FIELDS.pack(0x7000, -1, 2, 0, 0, b"worker\0", 0, 0) + struct.pack("<21Q", *regs) + py
     info += bytes(PROFILE_INFO_SIZE - len(info))
     raw = HEADER.pack(5, 0, PID, PID + 1, 0, EV_PROFILE, 0, 0, 0, 0, len(stack), 9) + info + stack
     ev = ProfileRecordDecoder(clock_offset_ns=10).decode(raw)

@@ -53,6 +53,101 @@ CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned
     return CUDA_SUCCESS;
 }
 
+/* Modules and libraries: a kernel handle is a struct with its name, as the driver's own
+ * objects hold theirs (CUfunction and CUkernel are opaque pointers to driver state). The
+ * same name in the same module or library is the same handle. */
+#define STANDIN_MAX_KERNELS 256
+struct standin_kernel {
+    unsigned int magic; /* STANDIN_KERNEL or STANDIN_FUNCTION */
+    char name[508];
+    struct standin_kernel *kernel; /* a function made from a library kernel (cuKernelGetFunction) */
+};
+#define STANDIN_KERNEL 0x4b524e4c
+#define STANDIN_FUNCTION 0x46554e43
+struct standin_module {
+    int count;
+    struct standin_kernel *kernels[STANDIN_MAX_KERNELS];
+};
+typedef struct standin_module *CUmodule;
+typedef struct standin_module *CUlibrary;
+typedef struct standin_kernel *CUkernel;
+
+static CUresult standin_load(struct standin_module **out, const void *image)
+{
+    (void)image;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    *out = calloc(1, sizeof(struct standin_module));
+    return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+
+static CUresult standin_get(struct standin_kernel **out, struct standin_module *mod, const char *name, unsigned int magic)
+{
+    if (!out || !mod || !name)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int i = 0; i < mod->count; i++) {
+        if (mod->kernels[i]->magic == magic && strcmp(mod->kernels[i]->name, name) == 0) {
+            *out = mod->kernels[i];
+            return CUDA_SUCCESS;
+        }
+    }
+    if (mod->count == STANDIN_MAX_KERNELS)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct standin_kernel *k = calloc(1, sizeof(*k));
+    if (!k)
+        return CUDA_ERROR_INVALID_VALUE;
+    k->magic = magic;
+    strncpy(k->name, name, sizeof(k->name) - 1);
+    mod->kernels[mod->count++] = k;
+    *out = k;
+    return CUDA_SUCCESS;
+}
+
+CUresult cuModuleLoadData(CUmodule *module, const void *image) { return standin_load(module, image); }
+
+CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
+{
+    return standin_get((struct standin_kernel **)hfunc, hmod, name, STANDIN_FUNCTION);
+}
+
+CUresult cuLibraryLoadData(CUlibrary *library, const void *code, void *jitOptions, void **jitOptionsValues,
+                           unsigned int numJitOptions, void *libraryOptions, void **libraryOptionValues,
+                           unsigned int numLibraryOptions)
+{
+    (void)jitOptions; (void)jitOptionsValues; (void)numJitOptions; (void)libraryOptions;
+    (void)libraryOptionValues; (void)numLibraryOptions;
+    return standin_load(library, code);
+}
+
+CUresult cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+    return standin_get(pKernel, library, name, STANDIN_KERNEL);
+}
+
+/* Not CUDA: the same loads under other names, as the runtime may reach the driver without its
+ * exported symbols (cudart.c, CUDA_STANDIN_PRIVATE_DRIVER). */
+CUresult standin_private_library_load(CUlibrary *library, const void *code) { return standin_load(library, code); }
+
+CUresult standin_private_library_get_kernel(CUkernel *pKernel, CUlibrary library, const char *name)
+{
+    return standin_get(pKernel, library, name, STANDIN_KERNEL);
+}
+
+/* A context's function for a library kernel: a handle of its own, that names the kernel. */
+CUresult cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
+{
+    if (!pFunc || !kernel)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct standin_kernel *f = calloc(1, sizeof(*f));
+    if (!f)
+        return CUDA_ERROR_INVALID_VALUE;
+    f->magic = STANDIN_FUNCTION;
+    f->kernel = kernel;
+    memcpy(f->name, kernel->name, sizeof(f->name));
+    *pFunc = f;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
     (void)hGraphExec; (void)hStream;

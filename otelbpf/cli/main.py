@@ -307,6 +307,10 @@ def build_parser(profile_kinds=PROFILE_KINDS) -> argparse.ArgumentParser:
     _add_output_options(run)
     _add_profile_options(run, profile_kinds)
 
+    from otelbpf.profiles.diff import add_parser as add_profiles_parser
+
+    add_profiles_parser(sub)  # otelbpf profiles diff BASE NEW
+
     replay = sub.add_parser("replay", help="run the same pipeline on a pcap/pcapng capture")
     replay.add_argument("pcap", help="capture file (pcap or pcapng)")
     replay.add_argument(
@@ -341,6 +345,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_run(args)
     if args.command == "replay":
         return cmd_replay(args)
+    if args.command == "profiles":
+        from otelbpf.profiles.diff import run as run_profiles_diff
+
+        return run_profiles_diff(args)
     if args.command == "demo":
         return run_demo(args)
     return 2

@@ -247,6 +247,16 @@ class ProcessExit:
 
 
 @dataclass(slots=True)
+class LibraryLoad:
+    """A traced process's dynamic loader changed its link map (a library was loaded or
+    unloaded: bpf/loader.c): its maps are worth reading again. The eBPF source handles it
+    itself (otelbpf/sources/loader.py); the pipeline never sees one."""
+
+    ts_ns: int
+    pid: int
+
+
+@dataclass(slots=True)
 class CallEvent:
     """A library function call seen by a uprobe (and its return, when probed).
 

@@ -71,13 +71,16 @@ def check_native_unwinder() -> Check:
 
 
 def check_python_processes(pids: list[int] | None = None) -> list[Check]:
-    """Per running CPython process: its version and whether its frames can be read."""
+    """Per running CPython process: its version, whether its frames can be read and where its
+    threads' states are found (their TLS, or the interpreter's thread list)."""
     from otelbpf.profiles.python.interpreter import describe
 
     checks = []
     for pid in pids if pids is not None else _python_pids():
         try:
             detail = describe(pid)
+            if detail.endswith("(offsets known)"):
+                detail += f"; {_thread_states(pid)}"
         except Exception as exc:  # noqa: BLE001 - a process may exit or be unreadable
             detail = f"unreadable: {exc}"
         if detail == "not a CPython process":
@@ -86,6 +89,21 @@ def check_python_processes(pids: list[int] | None = None) -> list[Check]:
         if len(checks) >= MAX_PYTHON_PROCESSES:
             break
     return checks
+
+
+def _thread_states(pid: int) -> str:
+    """Where the kernel would read this process's thread states (otelbpf/profiles/python/thread_local.py)."""
+    from otelbpf.profiles.python.interpreter import ProcMem, find_python
+    from otelbpf.profiles.python.thread_local import find_tstate_source
+    from otelbpf.profiles.python.threads import thread_pointers
+
+    proc = find_python(pid)
+    mem = ProcMem(pid)
+    try:
+        found = find_tstate_source(proc, thread_pointers(proc, mem), mem)
+    finally:
+        mem.close()
+    return f"thread states from the thread list ({found})" if isinstance(found, str) else f"thread states from TLS: {found.how}"
 
 
 def _python_pids() -> list[int]:

@@ -17,6 +17,18 @@ kernel, unwind-stop markers). Its URL hash drives and reflects the state
 (``#type=cpu&pid=42&search=inner&id=<hex>&zoom=outer``; ``span=`` and
 ``trace=`` are accepted for ``id=``), and it writes the state as JSON into
 ``<pre id="state">`` so a headless browser's ``--dump-dom`` can be checked.
+
+Above the graph, a sub-second heat map (as Netflix's FlameScope draws one):
+one column per second of the recording, 50 cells of 20 ms each, shaded by
+the selected type's value in that time (with the process and trace filters
+applied). Selecting a range of cells (press on one, release on another)
+redraws the graph from that range's samples only; ``#cells=A-B`` in the hash
+selects cells A to B (cell = second * 50 + row, from the recording's first
+whole second). For that, each stack entry keeps its values per 20 ms cell.
+"Set as base" keeps the selected process and cells as the base of a
+comparison (``base=PID:A-B``): the graph is then coloured by each frame's
+share change against it (red grew, blue shrank), as ``otelbpf profiles diff``
+colours its page.
 """
 
 from __future__ import annotations
@@ -32,6 +44,13 @@ from otelbpf.otlp.jsonlines import go_escaped
 from otelbpf.profiles.model import Frame, ProfileType, Sample
 
 DEFAULT_MAX_STACKS = 20_000
+#: The heat map's cell (FlameScope's: 50 rows of 20 ms per one-second column).
+CELL_NS = 20_000_000
+CELLS_PER_SECOND = 50
+#: (stack entry, cell) pairs kept for the heat map (~170 bytes each: ~50 MB at most); beyond,
+#: samples count in their stack's total only (counted, and the page says so). 10 minutes of 8 busy
+#: threads at 19 Hz is ~90,000 samples, so at most as many pairs.
+DEFAULT_MAX_CELLS = 300_000
 TEMPLATE = Path(__file__).with_name("flamegraph.html")
 PLACEHOLDER = '"__OTELBPF_FLAMEGRAPH_DATA__"'
 
@@ -39,8 +58,13 @@ PLACEHOLDER = '"__OTELBPF_FLAMEGRAPH_DATA__"'
 class FlameGraph:
     """Samples summed per (pid, profile type, stack, trace id, span id), with frames and types interned."""
 
-    def __init__(self, max_stacks: int = DEFAULT_MAX_STACKS) -> None:
+    def __init__(self, max_stacks: int = DEFAULT_MAX_STACKS, max_cells: int = DEFAULT_MAX_CELLS) -> None:
         self.max_stacks = max_stacks
+        self.max_cells = max_cells
+        #: key -> {20 ms cell since the epoch: [values...]}: the heat map and time selections
+        self._cells: dict[tuple, dict[int, list[int]]] = {}
+        self._cell_count = 0
+        self.untimed_samples = 0
         self._frames: dict[Frame, int] = {}
         self._types: dict[ProfileType, int] = {}
         self._processes: dict[int, dict[str, Any]] = {}
@@ -64,9 +88,27 @@ class FlameGraph:
                     continue
                 totals = self._stacks[key] = [0] * (len(sample.profile.sample_types) + 1)
                 self._note_process(sample.pid, resources)
-            for index in range(len(totals) - 1):
+            width = len(totals) - 1
+            for index in range(width):
                 totals[index] += int(sample.values[index]) if index < len(sample.values) else 0
             totals[-1] += 1
+            self._add_cell(key, sample, width)
+
+    def _add_cell(self, key: tuple, sample: Sample, width: int) -> None:
+        """The sample's values in its stack entry's 20 ms cell (bounded: max_cells in all)."""
+        cells = self._cells.get(key)
+        if cells is None:
+            cells = self._cells[key] = {}
+        cell = sample.time_unix_nano // CELL_NS
+        values = cells.get(cell)
+        if values is None:
+            if self._cell_count >= self.max_cells or sample.time_unix_nano <= 0:
+                self.untimed_samples += 1
+                return
+            self._cell_count += 1
+            values = cells[cell] = [0] * width
+        for index in range(width):
+            values[index] += int(sample.values[index]) if index < len(sample.values) else 0
 
     def _key(self, sample: Sample, *, intern: bool) -> tuple | None:
         """The sample's entry key; None when not interning and a frame or type is unknown (a new entry)."""
@@ -105,16 +147,22 @@ class FlameGraph:
         type's sample happened to arrive first (an off-CPU one, often)."""
         types = sorted(self._types, key=lambda profile_type: (profile_type.id != "cpu", self._types[profile_type]))
         position = {self._types[profile_type]: index for index, profile_type in enumerate(types)}
+        first = min((cell for cells in self._cells.values() for cell in cells), default=0)
+        first -= first % CELLS_PER_SECOND  # the first whole second: cell 0 is its first 20 ms
         return {
             "generator": f"otelbpf {otelbpf.__version__}",
             "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "types": [_type_entry(profile_type) for profile_type in types],
             "processes": {str(pid): process for pid, process in self._processes.items()},
             "frames": [_frame_entry(frame) for frame in self._frames],
+            # [pid, type, frames, trace, span, values, observations, [cell, values..., cell, values...]]
             "stacks": [
-                [pid, position[type_index], list(frames), trace, span, totals[:-1], totals[-1]]
+                [pid, position[type_index], list(frames), trace, span, totals[:-1], totals[-1],
+                 _flat_cells(self._cells.get((pid, type_index, frames, trace, span)), first)]
                 for (pid, type_index, frames, trace, span), totals in self._stacks.items()
-            ],
+            ],  # fmt: skip
+            "time": {"startUnixNano": first * CELL_NS, "cellNs": CELL_NS, "cellsPerColumn": CELLS_PER_SECOND,
+                     "untimedSamples": self.untimed_samples},  # fmt: skip
             "dropped": {"samples": self.dropped_samples, "maxStacks": self.max_stacks},
         }
 
@@ -155,6 +203,15 @@ def process_name(pid: int, attributes: Mapping[str, Any]) -> str:
         if attributes.get(key):
             return f"{attributes[key]} ({pid})"
     return f"pid {pid}"
+
+
+def _flat_cells(cells: Mapping[int, list[int]] | None, first: int) -> list[int]:
+    """A stack entry's cells as the page reads them: cell (from ``first``), its values, ...; by time."""
+    out: list[int] = []
+    for cell in sorted(cells or ()):
+        out.append(cell - first)
+        out.extend(cells[cell])
+    return out
 
 
 def _type_entry(profile_type: ProfileType) -> dict[str, Any]:

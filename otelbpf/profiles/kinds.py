@@ -37,6 +37,7 @@ from otelbpf.profiles.records import (
     PROFILE_GPU_LAUNCH,
     PROFILE_OFF_CPU,
     PROFILE_ON_CPU,
+    GpuKernelName,
     OffCpuEnd,
     StackSampleEvent,
 )
@@ -285,9 +286,11 @@ GPU_LAUNCH_KIND = ProfileKind(
         ),
     ),  # fmt: skip
     enabled=lambda config: config.gpu and config.gpu_launch_every > 0,
-    # taken in bpf/gpu.c's launch counter, compiled in with GPU_PROFILES
+    # taken in bpf/gpu.c's launch counter, compiled in with GPU_PROFILES; its kernel on top, named
+    # from the names bpf/gpu_names.c sends (otelbpf/profiles/gpu_kernels.py)
     cflags=lambda config: [f"-DGPU_LAUNCH_EVERY={config.gpu_launch_every}"],
-    handler=lambda profiler: profiler.linked(GPU_LAUNCH, launches),
+    handler=lambda profiler: profiler.linked(GPU_LAUNCH, launches, profiler.kernels.leaf),
+    events=((GpuKernelName, lambda profiler: profiler.kernels.on_name),),
 )
 
 #: Every kind the agent knows, in the order of its switches in ``otelbpf run --help``.

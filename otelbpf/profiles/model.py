@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 FRAME_NATIVE = "native"
 FRAME_PYTHON = "cpython"
 FRAME_KERNEL = "kernel"
+#: A GPU kernel, on top of the stack that launched it (otelbpf/profiles/gpu_kernels.py).
+FRAME_CUDA = "cuda"
 #: Not a frame of the program: where unwinding had to stop, and why.
 FRAME_MARKER = "abort-marker"
 

@@ -11,8 +11,13 @@ type of the profile type is a pprof sample type (``go tool pprof
 string labels ``trace_id`` and ``span_id`` (hex, as Pyroscope labels
 OTLP links), the thread the labels ``thread.id`` (numeric) and
 ``thread.name``; other sample attributes become labels too. Mappings carry
-the GNU build id. Identical samples (same stack and labels) are summed, as
-pprof expects.
+the GNU build id. Each sample keeps its time as the numeric label
+``timestamp_ns`` (Unix nanoseconds; the key google/perf_data_converter
+writes), so a time range can be cut out of a file (``go tool pprof
+-tagfocus``, the heat map of the flame graph page); identical samples (same
+stack, labels and time) are summed, as pprof expects. The label makes samples
+of one stack at different instants separate entries: a file grows with the
+samples, not only the stacks.
 
 Field numbers (perftools.profiles.Profile): sample_type 1, sample 2,
 mapping 3, location 4, function 5, string_table 6, time_nanos 9,
@@ -27,6 +32,10 @@ from typing import Any, Iterable, Mapping as MappingType, Sequence
 
 from otelbpf.otlp.wire import UINT64_MAX, varint
 from otelbpf.profiles.model import Frame, Mapping, ProfileType, Sample
+
+
+#: The numeric label holding a sample's time (Unix ns), as google/perf_data_converter names it.
+TIMESTAMP_LABEL = "timestamp_ns"
 
 
 def _key(number: int, wire_type: int) -> bytes:
@@ -88,7 +97,7 @@ class PprofBuilder:
             labels = self._labels.get(thread)
             if labels is None:
                 labels = self._labels[thread] = sample_labels(sample)
-        key = (locations, labels)
+        key = (locations, labels, sample.time_unix_nano)
         width = len(self.profile_type.sample_types)
         totals = self._samples.setdefault(key, [0] * width)
         for index in range(width):
@@ -107,7 +116,7 @@ class PprofBuilder:
     def serialize(self, *, time_nanos: int = 0, duration_nanos: int = 0, comments: Sequence[str] = ()) -> bytes:
         """The uncompressed ``profile.proto`` bytes."""
         out = [_bytes(1, self._value_type(kind, unit)) for kind, unit in self.profile_type.sample_types]
-        out.extend(_bytes(2, self._sample(locations, labels, values)) for (locations, labels), values in self._samples.items())
+        out.extend(_bytes(2, self._sample(locations, labels, ts, values)) for (locations, labels, ts), values in self._samples.items())
         out.extend(_bytes(3, self._mapping(mapping, ident)) for mapping, ident in self._mappings.items())
         out.extend(_bytes(4, self._location_message(frame, ident)) for ident, frame in enumerate(self._location_frames, 1))
         out.extend(_bytes(5, self._function(name, file, ident)) for (name, file), ident in self._functions.items())
@@ -122,7 +131,7 @@ class PprofBuilder:
     def _value_type(self, kind: str, unit: str) -> bytes:
         return _int(1, self.string(kind)) + _int(2, self.string(unit))
 
-    def _sample(self, locations: tuple[int, ...], labels: tuple, values: list[int]) -> bytes:
+    def _sample(self, locations: tuple[int, ...], labels: tuple, ts_ns: int, values: list[int]) -> bytes:
         packed = self._packed_locations.get(locations)
         if packed is None:
             packed = self._packed_locations[locations] = _packed(1, locations)
@@ -133,6 +142,8 @@ class PprofBuilder:
             else:
                 label = _int(1, self.string(key)) + _int(2, self.string(str(value)))
             body.append(_bytes(3, label))
+        if ts_ns:
+            body.append(_bytes(3, _int(1, self.string(TIMESTAMP_LABEL)) + _int(3, ts_ns)))
         return b"".join(body)
 
     def _mapping(self, mapping: Mapping, ident: int) -> bytes:

@@ -37,6 +37,7 @@ from time import thread_time_ns
 
 from otelbpf.profiles.export import CPU_TIME
 from otelbpf.profiles.gpu import GpuProfiles
+from otelbpf.profiles.gpu_kernels import KernelFrames
 from otelbpf.profiles.model import Sample
 from otelbpf.profiles.kinds import PROFILE_KINDS
 from otelbpf.profiles.records import OffCpuEnd, StackSampleEvent
@@ -91,12 +92,16 @@ class Profiler:
         self._blocked: OrderedDict[int, tuple[StackSampleEvent, object]] = OrderedDict()
         self._interval_start_ns = time.time_ns()
         self._last_clock_ns = 0
-        #: (sample, its event): samples whose stacks are built together (_build)
-        self._unbuilt: list[tuple[Sample, StackSampleEvent]] = []
+        #: (sample, its event, what goes on top of its stack or None): samples whose stacks are
+        #: built together (_build)
+        self._unbuilt: list[tuple[Sample, StackSampleEvent, object]] = []
         #: the pipeline thread's CPU on samples not yet reported (_report_cpu)
         self._cpu_ns = 0
         #: GPU profiles (otelbpf/profiles/gpu.py): stacks of GPU calls joined to the calls
         self.gpu = GpuProfiles(self)
+        #: the kernels launch samples launched, named (otelbpf/profiles/gpu_kernels.py)
+        unwinder = getattr(self.builder, "unwinder", None)
+        self.kernels = KernelFrames(getattr(unwinder, "symbol_at", None), counters)
         self.kinds = tuple(kinds)
         #: the sample's kind (the record's value) -> its handler: the dispatch of on_sample
         self._handlers = {kind.record_kind: kind.handler(self) for kind in self.kinds}
@@ -131,14 +136,15 @@ class Profiler:
             handle(event)
         self._cpu_ns += thread_time_ns() - started
 
-    def linked(self, profile, values):
+    def linked(self, profile, values, leaf=None):
         """A handler (kinds.py) for samples linked when they come, to the span their thread
         (or task) serves then: each a sample of ``profile`` weighing ``values(event)``
-        (on-CPU samples, sampled GPU launches)."""
+        (on-CPU samples, sampled GPU launches). ``leaf(event, frames) -> frames``: what goes on
+        top of its stack once built (a launch's kernel)."""
         add, serving = self._add, self.serving
 
         def handle(event: StackSampleEvent) -> None:
-            add(event, profile, values(event), serving(event))
+            add(event, profile, values(event), serving(event), leaf)
 
         return handle
 
@@ -176,12 +182,12 @@ class Profiler:
             self._blocked.popitem(last=False)
             self.counters.add("otelbpf.profiles.offcpu.evicted")
 
-    def _add(self, event: StackSampleEvent, profile, values: tuple[int, ...], start) -> None:
+    def _add(self, event: StackSampleEvent, profile, values: tuple[int, ...], start, leaf=None) -> None:
         if len(self._interval) >= MAX_INTERVAL_SAMPLES:
             self.counters.add("otelbpf.profiles.samples.dropped")
             return
         sample = Sample(profile, event.pid, event.tid, event.ts_ns, (), values, thread_name=event.comm)
-        self._unbuilt.append((sample, event))
+        self._unbuilt.append((sample, event, leaf))
         if len(self._unbuilt) >= BUILD_BATCH:
             self._build()
         self.counters.add("otelbpf.profiles.samples", label=profile.id)
@@ -264,8 +270,8 @@ class Profiler:
         a second later reads as a build at once would (code objects are re-read at most
         REVERIFY_S apart anyway); the link was decided when the sample came."""
         frames = self.builder.frames
-        for sample, event in self._unbuilt:
-            sample.frames = frames(event)
+        for sample, event, leaf in self._unbuilt:
+            sample.frames = frames(event) if leaf is None else leaf(event, frames(event))
         self._unbuilt = []
 
     def tick(self, ts_ns: int, everything: bool) -> None:
@@ -324,6 +330,7 @@ class Profiler:
             self._cpu_ns += thread_time_ns() - started
         self.builder.forget(pid)
         self.gpu.forget(pid)
+        self.kernels.forget(pid)
 
     def close(self) -> None:
         """The agent stops: what is held leaves, and the exporters finish (the flame graph is written)."""

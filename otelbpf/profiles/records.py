@@ -17,6 +17,8 @@ from otelbpf.sources.ebpf_layout import HEADER
 
 EV_PROFILE = 9
 EV_OFFCPU_END = 10
+#: bpf/gpu_names.c: a GPU kernel handle's name
+EV_GPU_KERNEL_NAME = 12
 
 PROFILE_ON_CPU = 0
 PROFILE_OFF_CPU = 1
@@ -29,6 +31,8 @@ PF_KERNEL_MODE = 1
 PF_PY_NO_THREAD = 2
 PF_PY_TRUNCATED = 4
 PF_STACK_TRUNCATED = 8
+#: PROFILE_GPU_LAUNCH: the launched handle is a CUDA graph (cuGraphLaunch)
+PF_GPU_GRAPH = 16
 
 PYF_EVAL_END = 1
 PYF_SHIM = 2
@@ -38,15 +42,24 @@ PROFILE_STACK_BYTES = 32768
 PROFILE_REGS = 21
 
 # struct profile_info (without its py[] array)
-PROFILE_INFO_HEAD = struct.Struct("<QiHBB16s21Q")
+PROFILE_INFO_HEAD = struct.Struct("<QiHBB16sQQ21Q")
 # ... its fields before the registers (the registers stay bytes: the unwinder reads them as they are)
-PROFILE_INFO_FIELDS = struct.Struct("<QiHBB16s")
+PROFILE_INFO_FIELDS = struct.Struct("<QiHBB16sQQ")
 PT_REGS_SIZE = PROFILE_REGS * 8
 # struct py_frame
 PY_FRAME = struct.Struct("<QQQ")
 PROFILE_INFO_SIZE = PROFILE_INFO_HEAD.size + PROFILE_PY_FRAMES * PY_FRAME.size
 # struct offcpu_end
 OFFCPU_END = struct.Struct("<Q")
+# struct gpu_kernel_name (without its name[] bytes)
+GPU_KERNEL_NAME = struct.Struct("<QQQB7x")
+GPU_NAME_BYTES = 256
+#: enum gpu_name_source
+GPU_NAME_MODULE_FUNCTION = 1
+GPU_NAME_LIBRARY_KERNEL = 2
+GPU_NAME_KERNEL_FUNCTION = 3
+GPU_NAME_REGISTERED = 4
+GPU_NAME_RUNTIME_KERNEL = 5
 
 #: x86-64 struct pt_regs word -> DWARF register number (rax rdx rcx rbx rsi rdi rbp rsp r8..r15 rip).
 _X86_64_PT_REGS_TO_DWARF = {
@@ -86,9 +99,11 @@ class StackSampleEvent:
     __slots__ = (
         "ts_ns", "pid", "tid", "task_id", "kind", "flags", "comm", "kernel_stack_id",
         "regs", "stack_addr", "stack", "py_frames", "switch_out_ns", "blocked_ns", "kernel_addrs", "weight",
+        "gpu_kernel", "gpu_host_function",
     )  # fmt: skip
 
-    def __init__(self, ts_ns, pid, tid, task_id, kind, flags, comm, kernel_stack_id, regs, stack_addr, stack, py_frames, switch_out_ns=0, weight=0):
+    def __init__(self, ts_ns, pid, tid, task_id, kind, flags, comm, kernel_stack_id, regs, stack_addr, stack, py_frames,
+                 switch_out_ns=0, weight=0, gpu_kernel=0, gpu_host_function=0):  # fmt: skip
         self.ts_ns = ts_ns
         self.pid = pid
         self.tid = tid
@@ -113,6 +128,10 @@ class StackSampleEvent:
         self.kernel_addrs = ()
         #: PROFILE_GPU_LAUNCH: the launches this sample stands for (the header's total_len)
         self.weight = weight
+        #: PROFILE_GPU_LAUNCH: the handle the driver's launch was given (with PF_GPU_GRAPH a graph),
+        #: and the function the runtime's launch was given (0: not through the runtime)
+        self.gpu_kernel = gpu_kernel
+        self.gpu_host_function = gpu_host_function
 
 
 class OffCpuEnd:
@@ -126,6 +145,26 @@ class OffCpuEnd:
         self.tid = tid
         self.switch_out_ns = switch_out_ns
         self.blocked_ns = blocked_ns
+
+
+class GpuKernelName:
+    """What a GPU kernel handle of process ``pid`` is called (bpf/gpu_names.c): its ``name``
+    (mangled, as CUDA has it), or, for an alias (``alias`` set, ``name`` empty), the handle it
+    stands for. ``truncated``: the kernel copied the first GPU_NAME_BYTES - 1 bytes; the rest is
+    at ``name_addr`` in the process."""
+
+    __slots__ = ("ts_ns", "pid", "tid", "handle", "alias", "name_addr", "source", "name", "truncated")
+
+    def __init__(self, ts_ns, pid, tid, handle, alias, name_addr, source, name, truncated=False):
+        self.ts_ns = ts_ns
+        self.pid = pid
+        self.tid = tid
+        self.handle = handle
+        self.alias = alias
+        self.name_addr = name_addr
+        self.source = source
+        self.name = name
+        self.truncated = truncated
 
 
 class ProfileRecordDecoder:
@@ -148,16 +187,28 @@ class ProfileRecordDecoder:
                 return None
             (blocked,) = OFFCPU_END.unpack_from(raw, HEADER.size)
             return OffCpuEnd(ts + self.clock_offset_ns, tgid, tid, switch_out, blocked)
+        if kind == EV_GPU_KERNEL_NAME:
+            return self._kernel_name(raw, ts, tgid, tid, captured)
         if kind != EV_PROFILE or len(raw) < HEADER.size + PROFILE_INFO_SIZE + captured:
             self.malformed += 1
             return None
         return self._sample(raw, ts, switch_out, tgid, tid, captured, task_id, total)
 
+    def _kernel_name(self, raw: bytes, ts: int, tgid: int, tid: int, captured: int):
+        start = HEADER.size + GPU_KERNEL_NAME.size
+        if len(raw) < start or captured >= GPU_NAME_BYTES or len(raw) < start + captured:
+            self.malformed += 1
+            return None
+        handle, alias, name_addr, source = GPU_KERNEL_NAME.unpack_from(raw, HEADER.size)
+        name = bytes(raw[start : start + captured]).decode("utf-8", "replace")
+        return GpuKernelName(ts + self.clock_offset_ns, tgid, tid, handle, alias, name_addr, source, name,
+                             truncated=captured == GPU_NAME_BYTES - 1)  # fmt: skip
+
     def _sample(self, raw: bytes, ts: int, switch_out: int, tgid: int, tid: int, captured: int, task_id: int, weight: int = 0):
         """Registers, Python frame records and the stack copy stay bytes: the unwinder and the
         stack builder read them as they are, and most of an off-CPU sample is never read."""
         at = HEADER.size
-        stack_addr, kernel_stack_id, py_count, kind, flags, comm = PROFILE_INFO_FIELDS.unpack_from(raw, at)
+        stack_addr, kernel_stack_id, py_count, kind, flags, comm, gpu_kernel, gpu_host = PROFILE_INFO_FIELDS.unpack_from(raw, at)
         regs_at = at + PROFILE_INFO_FIELDS.size
         frames_at = at + PROFILE_INFO_HEAD.size
         py_frames = raw[frames_at : frames_at + min(py_count, PROFILE_PY_FRAMES) * PY_FRAME.size]
@@ -170,7 +221,7 @@ class ProfileRecordDecoder:
         return StackSampleEvent(
             ts + self.clock_offset_ns, tgid, tid, task_id, kind, flags, name, kernel_stack_id,
             raw[regs_at : regs_at + PT_REGS_SIZE], stack_addr, memoryview(raw)[stack_at : stack_at + captured],
-            py_frames, switch_out, weight,
+            py_frames, switch_out, weight, gpu_kernel, gpu_host,
         )  # fmt: skip
 
 

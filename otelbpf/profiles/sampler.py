@@ -13,12 +13,13 @@ its flags are each kind's, and the sampler
   everywhere); ``sched_switch`` for off-CPU time is compiled in only when
   asked (it runs at every context switch of the host) and attached by BCC;
 - tells the kernel, per traced CPython process, where its frames are
-  (``py_procs``: offsets for its version) and which thread state each of its
-  threads has (``py_tstates``), re-reading the thread list when a sample
-  reports a thread it does not know: at once for a thread not looked for yet
-  (a server's thread per request lives for one request; only the samples
-  taken before the re-read lack Python frames), once a second for threads
-  the interpreter did not list (native threads);
+  (``py_procs``: offsets for its version) and where each thread's state is:
+  in the thread's own TLS, once proven on the process's listed threads
+  (otelbpf/profiles/python/thread_local.py: a thread's first sample then has its Python
+  frames, a thread per request included), else from a tid map (``py_tstates``)
+  filled from the interpreter's thread list, re-read when a sample reports a
+  thread it does not know: at once for a thread not looked for yet, once a
+  second for threads the interpreter did not list (native threads);
 - drains ``profile_events`` into :class:`~otelbpf.profiles.records.StackSampleEvent`
   and :class:`~otelbpf.profiles.records.OffCpuEnd` events.
 """
@@ -60,6 +61,11 @@ KERNEL_STACK_HOLD_DRAINS = 3
 KERNEL_STACK_HOLD_S = 1.0
 #: No kernel stack read (a drain that found the ring empty).
 NO_STACKS: dict[int, tuple[int, ...]] = {}
+#: Where Python thread states are read from (tstate_choice).
+TSTATE_ENV = "OTELBPF_PY_TSTATE"
+#: A process whose TLS could not be proven (no thread listed yet: it was starting) is tried
+#: again at its next thread-list reads, this many times.
+TLS_ATTEMPTS = 8
 
 
 @dataclass(kw_only=True)
@@ -121,6 +127,7 @@ class ProfileOptions:
             return flags
         pages = self.ring_mb * 1024 * 1024 // os.sysconf("SC_PAGE_SIZE")
         flags += ["-DPROFILES=1", f"-DPROFILE_RING_PAGES={pages}", f"-DPROFILE_SLOTS={2 * _possible_cpus()}"]
+        flags.append(f"-DTASK_FSBASE_OFFSET={task_fsbase_offset()}")
         for kind in self.KINDS:
             flags += kind.cflags(self)
         return flags
@@ -148,6 +155,31 @@ def profile_config_class(kinds: tuple[ProfileKind, ...], name: str = "ProfileCon
 
 #: The agent's configuration: every kind of PROFILE_KINDS, e.g. ``ProfileConfig(hz=99, off_cpu=True)``.
 ProfileConfig = profile_config_class(PROFILE_KINDS)
+
+
+def task_fsbase_offset() -> int:
+    """Where the kernel keeps a task's thread pointer (``task_struct.thread.fsbase``), from
+    its BTF: BPF reads a thread's Python state from its TLS through it. -1 where unknown
+    (no BTF): thread states then come from the interpreter's thread list only."""
+    try:
+        from otelbpf.sources import btf
+
+        return btf.member_offset("task_struct", "thread.fsbase").offset
+    except Exception as exc:  # noqa: BLE001 - BtfError, or no /sys/kernel/btf: the thread list still works
+        log.info("profiles: no thread pointer offset (%s): Python threads are found from their interpreter's list", exc)
+        return -1
+
+
+def tstate_choice() -> tuple[bool, str | None]:
+    """``OTELBPF_PY_TSTATE``: ``tls`` (the default: from the thread's TLS where it proves out),
+    ``map`` (the interpreter's thread list only), or ``tls:VARIABLE`` (read that thread-local:
+    tests use ``_Py_tss_tstate`` to drive the DTV path on 3.12/3.13). (use TLS, variable)."""
+    value = os.environ.get(TSTATE_ENV, "tls").strip()
+    if value == "map":
+        return False, None
+    if value.startswith("tls:"):
+        return True, value[4:] or None
+    return True, None
 
 
 def _possible_cpus() -> int:
@@ -179,6 +211,11 @@ class ProfileSampler:
         self._thread_scan: dict[int, float] = {}
         #: pid -> tids a re-read looked for and did not find (native threads)
         self._unlisted: dict[int, set[int]] = {}
+        #: pid -> where its threads' states are read from their TLS (otelbpf/profiles/python/thread_local.py);
+        #: pid -> attempts left to find it
+        self.tls: dict[int, object] = {}
+        self._tls_attempts: dict[int, int] = {}
+        self._use_tls, self._tls_variable = tstate_choice()
         #: kernel stacks read and not yet deleted from the stack map: id -> addresses,
         #: id -> (drain, monotonic time) it was last named
         self._held_stacks: dict[int, tuple[int, ...]] = {}
@@ -195,7 +232,8 @@ class ProfileSampler:
             (kind.unread_limit_s for kind in config.kinds_on() if kind.unread_limit_s is not None),
             default=None,
         )
-        self.counters = {"samples": 0, "malformed": 0, "python_processes": 0, "python_unknown_versions": 0, "thread_rescans": 0}
+        self.counters = {"samples": 0, "malformed": 0, "python_processes": 0, "python_unknown_versions": 0, "thread_rescans": 0,
+                         "python_tls_processes": 0}
 
     # -- start-up ---------------------------------------------------------
 
@@ -351,9 +389,40 @@ class ProfileSampler:
             return
         self._python[pid] = proc
         self.counters["python_processes"] += 1
-        table = self._bpf["py_procs"]
-        table[ctypes.c_uint32(pid)] = table.Leaf.from_buffer_copy(proc.offsets.to_bytes())
+        self._set_offsets(pid, proc.offsets)
+        if self._use_tls:
+            self._tls_attempts[pid] = TLS_ATTEMPTS
         self.refresh_threads(pid, force=True)
+
+    def _set_offsets(self, pid: int, offsets) -> None:
+        table = self._bpf["py_procs"]
+        table[ctypes.c_uint32(pid)] = table.Leaf.from_buffer_copy(offsets.to_bytes())
+
+    def _find_tls(self, pid: int, proc) -> None:
+        """Tell the kernel where ``pid``'s threads keep their state in their TLS, once it is
+        proven on the threads the interpreter lists (a few tries while the process starts)."""
+        from otelbpf.profiles.python.interpreter import ProcMem
+        from otelbpf.profiles.python.threads import thread_pointers
+        from otelbpf.profiles.python.thread_local import find_tstate_source
+
+        self._tls_attempts[pid] -= 1
+        mem = ProcMem(pid)
+        try:
+            found = find_tstate_source(proc, thread_pointers(proc, mem), mem, self._tls_variable)
+        except Exception as exc:  # noqa: BLE001 - a process we cannot read keeps the thread list
+            found = f"unreadable: {exc}"
+        finally:
+            mem.close()
+        if isinstance(found, str):
+            if self._tls_attempts[pid] <= 0:
+                del self._tls_attempts[pid]
+                log.info("profiles: pid %d: Python thread states from the thread list (TLS: %s)", pid, found)
+            return
+        del self._tls_attempts[pid]
+        self.tls[pid] = found
+        self.counters["python_tls_processes"] += 1
+        self._set_offsets(pid, proc.offsets.with_tstate(found.mode, found.offset, found.module))
+        log.info("profiles: pid %d: Python thread states from each thread's TLS: %s", pid, found.how)
 
     def python_process(self, pid: int):
         return self._python.get(pid)
@@ -363,7 +432,7 @@ class ProfileSampler:
         started since the last read is looked for at once: its later samples
         get Python frames (rate-limited by NEW_THREAD_RESCAN_S). One the
         interpreter did not list then waits for the once-a-second re-read."""
-        if tid in self._tids.get(pid, ()):  # listed since the sample was taken
+        if tid in self._tids.get(pid, ()) or pid in self.tls:  # listed since, or TLS has what a list would
             return
         unlisted = self._unlisted.setdefault(pid, set())
         if tid in unlisted:
@@ -399,6 +468,8 @@ class ProfileSampler:
         for tid, tstate in states.items():
             table[ctypes.c_uint32(tid)] = ctypes.c_uint64(tstate)
         self._tids[pid] = set(states)
+        if pid in self._tls_attempts:
+            self._find_tls(pid, proc)
         return True
 
     def rescan(self) -> None:
@@ -415,6 +486,8 @@ class ProfileSampler:
         proc = self._python.pop(pid, None)
         self._thread_scan.pop(pid, None)
         self._unlisted.pop(pid, None)
+        self.tls.pop(pid, None)
+        self._tls_attempts.pop(pid, None)
         if proc is None:
             return
         self._bpf["py_procs"].pop(ctypes.c_uint32(pid), None)

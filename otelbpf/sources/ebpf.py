@@ -31,7 +31,7 @@ import select
 import socket
 import time
 
-from otelbpf.core.events import ConnClose, ConnOpen, DatagramEvent, Event, ProcessStart, RoleHint, Source
+from otelbpf.core.events import ConnClose, ConnOpen, DatagramEvent, Event, LibraryLoad, ProcessStart, RoleHint, Source
 from otelbpf.host import procfs
 from otelbpf.host.exclusions import comm_matches, comm_prefix
 from otelbpf.sources.early_tuples import EarlyTuples
@@ -56,11 +56,13 @@ from otelbpf.sources.ebpf_program import (
     RankClocks,
     compile_flags,
     plan_rank_clocks,
+    loader_watch_wanted,
     plan_sock_capture,
     program_text,
     regs_read_choice,
     whole_capture_wanted,
 )
+from otelbpf.sources.loader import SPEC as LOADER_SPEC
 from otelbpf.sources.memory import release_compiler_memory
 from otelbpf.sources.crossnode import KernelPropagation, PropagationPlan
 from otelbpf.sources.crossnode import plan as plan_propagation
@@ -238,6 +240,8 @@ class EbpfSource:
         specs = []
         if self.config.python_tasks:
             specs.append(PYTHON_TASKS_SPEC)
+        if loader_watch_wanted(self.config):
+            specs.append(LOADER_SPEC)  # libraries loaded later: probed at their load (bpf/loader.c)
         self.uprobes = UprobeAttacher(self._bpf, specs, on_attach=self._on_uprobe_attach, on_detach=self._on_uprobe_detach)
         if self.config.capture_gpu:
             from otelbpf.sources.gpu import GpuProbes  # only with GPU probes on: it imports the GPU span semantics
@@ -681,9 +685,13 @@ class EbpfSource:
             self.rescan_libraries()
         if not events:
             return started or []
+        loaded = None
         for event in events:
             kind = type(event)
-            if kind is ConnOpen:
+            if kind is LibraryLoad:
+                loaded = loaded or set()
+                loaded.add(event.pid)
+            elif kind is ConnOpen:
                 self._look_for_libraries_again(event.pid, now)
                 if event.family == 0 and not procfs.fill_tuple_from_proc(event):
                     self._early_tuples.fill(event)  # its socket closed before we got here
@@ -698,9 +706,28 @@ class EbpfSource:
                         event.family, event.peer_addr, event.peer_port = peer
             elif kind is ConnClose and self._udp_peers:
                 self._udp_peers.pop(event.conn_id, None)
+        if loaded:
+            self._libraries_loaded(loaded)
+            events = [event for event in events if type(event) is not LibraryLoad]
         if started:
             return started + events
         return events
+
+    def _libraries_loaded(self, pids: set[int]) -> None:
+        """The loader of each of ``pids`` changed its link map (bpf/loader.c): read its maps
+        now and probe what is new. The kernel's pending mark goes first, so a library loaded
+        while this reads sends another event rather than none."""
+        pending = self._bpf["lib_load_pending"]
+        for pid in pids:
+            pending.pop(ctypes.c_uint32(pid), None)
+            if pid not in self._watched:
+                continue
+            started = time.monotonic()
+            if self.tls is not None:
+                self.tls.scan(pid)
+            attached = self._report(pid, self.uprobes.rescan(pid))
+            if attached:
+                log.debug("loader: pid %d: %d probes attached in %.1f ms", pid, len(attached), (time.monotonic() - started) * 1e3)
 
     def _initial_process_starts(self) -> list[Event]:
         """ProcessStart for the processes traced from the start (--pid/--comm), once."""

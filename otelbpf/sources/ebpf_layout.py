@@ -29,6 +29,7 @@ from otelbpf.core.events import (
     DataEvent,
     DatagramEvent,
     Event,
+    LibraryLoad,
     ProcessExit,
     ProcessStart,
     RoleHint,
@@ -59,6 +60,8 @@ EV_CONN_PEER = 5
 EV_DATAGRAM = 6
 EV_PROC_START = 7
 EV_CALL = 8
+#: bpf/loader.c: a traced process's loader changed its link map (otelbpf/sources/loader.py)
+EV_LIB_LOAD = 11
 
 SOURCE_SOCKET = 0
 SOURCE_TLS = 1
@@ -290,6 +293,8 @@ class RecordDecoder:
             out.append(ConnClose(ts, tgid, tid, fd, conn_id))
         elif kind == EV_PROC_EXIT:
             out.append(ProcessExit(ts, tgid))
+        elif kind == EV_LIB_LOAD:
+            out.append(LibraryLoad(ts, tgid))
         elif kind == EV_PROC_START:
             if len(raw) < header_size + PROC_INFO.size:
                 self.malformed += 1

@@ -16,7 +16,7 @@ by `otelbpf doctor` without loading anything:
   :class:`RankClocks`;
 * the environment's say: OTELBPF_SOCK_TRACEPOINTS, OTELBPF_REGS_READ
   (:func:`regs_read_choice`), OTELBPF_WHOLE_CAPTURE
-  (:func:`whole_capture_wanted`).
+  (:func:`whole_capture_wanted`), OTELBPF_LOADER_WATCH (:func:`loader_watch_wanted`).
 """
 
 from __future__ import annotations
@@ -96,6 +96,9 @@ class CaptureConfig:
     gpu_launch_time: bool = False
     #: How often read() re-scans watched processes' maps for newly loaded libraries (0: never).
     rescan_interval_s: float = 5.0
+    #: Probe the dynamic loader's debugger hook in traced processes (bpf/loader.c), so a GPU or
+    #: TLS library loaded later is probed within milliseconds of its load, not at the re-scan.
+    watch_loader: bool = True
     #: Never traced, dropped by the kernel filter (otelbpf.host.exclusions): comm
     #: patterns (NAME or NAME*) and pids (with their children).
     exclude_comms: list[str] = field(default_factory=list)
@@ -210,6 +213,19 @@ def whole_capture_wanted(config: "CaptureConfig") -> bool:
     """CaptureConfig.whole_capture, unless OTELBPF_WHOLE_CAPTURE turns it off."""
     setting = os.environ.get(WHOLE_CAPTURE_ENV, "").strip().lower()
     return config.whole_capture and setting not in ("off", "0", "no", "false")
+
+
+#: "off" (or 0, no, false): no probe on the dynamic loader (CaptureConfig.watch_loader): libraries
+#: loaded later are found by the re-scans only (bench/loader_watch.py --no-watch compares).
+LOADER_WATCH_ENV = "OTELBPF_LOADER_WATCH"
+
+
+def loader_watch_wanted(config: "CaptureConfig") -> bool:
+    """CaptureConfig.watch_loader, with GPU or TLS probes to attach late, unless
+    OTELBPF_LOADER_WATCH turns it off."""
+    setting = os.environ.get(LOADER_WATCH_ENV, "").strip().lower()
+    wanted = config.watch_loader and (config.capture_gpu or config.capture_tls)
+    return wanted and setting not in ("off", "0", "no", "false")
 
 
 def regs_read_choice() -> str | None:

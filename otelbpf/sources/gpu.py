@@ -24,7 +24,9 @@ What, with the facts measured on a real H100 (docs/gpu.md, "What is probed, and 
   only when no other probed call is in progress on the thread
   (CALL_OUTERMOST_ONLY: ``cudaMemcpy`` and the ``cuMemcpyHtoD_v2`` it makes
   are one operation), carrying the thread's launch count;
-* never ``cudaGetDevice``/``cuCtxGetDevice`` (called ~13 times per launch).
+* never ``cudaGetDevice``/``cuCtxGetDevice`` (called ~13 times per launch);
+* with GPU profiles' launch samples, what names the launched kernels (:data:`NAME_SPECS`: module
+  and library loads, the runtime's registration, what the runtime's launch calls were given).
 """
 
 from __future__ import annotations
@@ -104,17 +106,47 @@ CUDART = r"/libcudart[^/]*\.so"
 CUDA_DRIVER = r"/libcuda\.so"
 NCCL = r"/libnccl[^/]*\.so"
 
-#: The driver's launch entry points (``_ptsz``: the per-thread default stream variants).
-LAUNCH_FUNCTIONS = (
-    "cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchKernelEx", "cuLaunchKernelEx_ptsz",
-    "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz", "cuGraphLaunch", "cuGraphLaunch_ptsz",
+#: The driver's launch entry points (``_ptsz``: the per-thread default stream variants), by where
+#: the launched handle is (bpf/gpu.c has an entry program per shape: a sampled launch carries it):
+#: (spec name, functions, entry program): the first argument (cuLaunchKernel(f, ...),
+#: cuLaunchCooperativeKernel(f, ...)), the second (cuLaunchKernelEx(config, f, ...)), a graph's.
+LAUNCH_SHAPES = (
+    ("gpu.launches", ("cuLaunchKernel", "cuLaunchKernel_ptsz", "cuLaunchCooperativeKernel", "cuLaunchCooperativeKernel_ptsz"),
+     "gpu_launch_enter"),
+    ("gpu.launches.ex", ("cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"), "gpu_launch_ex_enter"),
+    ("gpu.launches.graph", ("cuGraphLaunch", "cuGraphLaunch_ptsz"), "gpu_graph_launch_enter"),
+)  # fmt: skip
+LAUNCH_FUNCTIONS = tuple(name for _spec, functions, _entry in LAUNCH_SHAPES for name in functions)
+LAUNCH_SPECS = tuple(
+    ProbeSpec(name, CUDA_DRIVER, functions, entry=entry, hint=b"cuLaunchKernel") for name, functions, entry in LAUNCH_SHAPES
 )
-LAUNCH_SPEC = ProbeSpec("gpu.launches", CUDA_DRIVER, LAUNCH_FUNCTIONS, entry="gpu_launch_enter", hint=b"cuLaunchKernel")
 #: --gpu-launch-time: entry + return, summing the time inside launch calls (~4.5 us a launch on an H100).
-TIMED_LAUNCH_SPEC = ProbeSpec(
-    "gpu.launches", CUDA_DRIVER, LAUNCH_FUNCTIONS, entry="gpu_launch_enter_timed", ret="gpu_launch_return",
-    hint=b"cuLaunchKernel",
+TIMED_LAUNCH_SPECS = tuple(
+    ProbeSpec(name, CUDA_DRIVER, functions, entry=f"{entry}_timed", ret="gpu_launch_return", hint=b"cuLaunchKernel")
+    for name, functions, entry in LAUNCH_SHAPES
 )
+
+#: GPU profiles with launch samples: what names the kernels of their kernel frames (bpf/gpu_names.c,
+#: otelbpf/profiles/gpu_kernels.py) and what a launch through the runtime was given (bpf/gpu.c).
+#: None of these runs per launch but the runtime's launch functions (an entry-only probe that
+#: notes the function for the driver launch it makes, in a per-CPU slot).
+NAME_SPECS = (
+    ProbeSpec("gpu.names.module", CUDA_DRIVER, ("cuModuleGetFunction",), entry="gpu_name_module_enter", ret="gpu_name_return",
+              hint=b"cuMemcpyHtoDAsync"),
+    ProbeSpec("gpu.names.library", CUDA_DRIVER, ("cuLibraryGetKernel",), entry="gpu_name_library_enter", ret="gpu_name_return",
+              hint=b"cuMemcpyHtoDAsync"),
+    ProbeSpec("gpu.names.kernel_function", CUDA_DRIVER, ("cuKernelGetFunction",), entry="gpu_name_kernel_function_enter",
+              ret="gpu_name_return", hint=b"cuMemcpyHtoDAsync"),
+    ProbeSpec("gpu.names.registered", CUDART, ("__cudaRegisterFunction",), entry="gpu_name_registered_enter", hint=b"cudaMemcpyAsync"),
+    ProbeSpec("gpu.names.runtime_kernel", CUDART, ("__cudaGetKernel",), entry="gpu_name_runtime_kernel_enter",
+              ret="gpu_name_return", hint=b"cudaMemcpyAsync"),
+    ProbeSpec("gpu.launches.runtime", CUDART, ("cudaLaunchKernel", "cudaLaunchKernel_ptsz", "cudaLaunchCooperativeKernel",
+              "cudaLaunchCooperativeKernel_ptsz"), entry="gpu_runtime_launch_enter", hint=b"cudaMemcpyAsync"),
+    ProbeSpec("gpu.launches.runtime.ex", CUDART, ("cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz"),
+              entry="gpu_runtime_launch_ex_enter", hint=b"cudaMemcpyAsync"),
+)  # fmt: skip
+#: The runtime's launch functions (noted, not counted: the driver call they make counts).
+RUNTIME_LAUNCH_FUNCTIONS = frozenset(name for spec in NAME_SPECS if spec.name.startswith("gpu.launches") for name in spec.symbols)
 
 _runtime = tuple(f for f in CUDA_FUNCTIONS if f.startswith("cuda"))
 _driver = tuple(f for f in CUDA_FUNCTIONS if not f.startswith("cuda"))
@@ -132,6 +164,9 @@ CALL_PROBES = (
     ("gpu.nccl.init", NCCL, b"ncclAllReduce", NCCL_OUT_POINTER_FUNCTIONS, _TIMELINE | CALL_READS_OUT0 | nccl_id_flag(), sc.OTELBPF_SCOPE_NCCL),
 )
 
+
+#: What NAME_SPECS probe, to say so apart from the timeline calls in the log.
+_NAMING = frozenset(name for spec in NAME_SPECS for name in spec.symbols)
 
 #: Exited processes whose final launch totals wait for the next metrics read, at most.
 MAX_EXITED_TOTALS = 4096
@@ -157,11 +192,16 @@ class GpuProbes:
     #: GPU profiles: the calls of STACK_FUNCTIONS take a stack (None: as the source's profile
     #: configuration says: on when profiles are on and --no-gpu-profiles is not given)
     stacks: bool | None = None
+    #: GPU profiles' launch samples: the probes that name their kernels (NAME_SPECS; None: on
+    #: with stacks when --gpu-launch-sample-every is not 0)
+    kernel_names: bool | None = None
 
     def __post_init__(self) -> None:
+        profiles = getattr(getattr(self.source, "config", None), "profiles", None)
         if self.stacks is None:
-            profiles = getattr(getattr(self.source, "config", None), "profiles", None)
             self.stacks = bool(profiles is not None and profiles.enabled and getattr(profiles, "gpu", False))
+        if self.kernel_names is None:
+            self.kernel_names = bool(self.stacks and getattr(profiles, "gpu_launch_every", 0) > 0)
         for name, library, hint, functions, flags, label in CALL_PROBES:
             stacked = tuple(f for f in functions if f in STACK_FUNCTIONS) if self.stacks else ()
             plain = tuple(f for f in functions if f not in stacked)
@@ -173,7 +213,11 @@ class GpuProbes:
                     f"{name}.stack", library, stacked, returns=True, label=label, flags=flags | CALL_STACK, hint=hint,
                     function_flags=FUNCTION_FLAGS,
                 )
-        self.source.add_probe(TIMED_LAUNCH_SPEC if self.timed_launches else LAUNCH_SPEC)
+        for spec in TIMED_LAUNCH_SPECS if self.timed_launches else LAUNCH_SPECS:
+            self.source.add_probe(spec)
+        if self.kernel_names:
+            for spec in NAME_SPECS:
+                self.source.add_probe(spec)
 
     def report(self, pid: int, attached: list[Attachment]) -> None:
         """Log, once per process and file, the GPU functions just probed there. A process
@@ -192,11 +236,13 @@ class GpuProbes:
             first = mapped not in files
             files.setdefault(mapped, set()).update(names)
             launches = sorted(names & set(LAUNCH_FUNCTIONS))
-            calls = sorted(names - set(LAUNCH_FUNCTIONS))
+            naming = sorted(names & _NAMING)
+            calls = sorted(names - set(LAUNCH_FUNCTIONS) - _NAMING)
             log.info(
-                "GPU: pid %d: %s %s (%s%s)", pid, "probing" if first else "more probes in", mapped,
+                "GPU: pid %d: %s %s (%s%s%s)", pid, "probing" if first else "more probes in", mapped,
                 f"{len(calls)} timeline calls" if calls else "no timeline calls",
                 f", launches counted at {', '.join(launches)}" if launches else "",
+                f", kernel names from {', '.join(naming)}" if naming else "",
             )
 
     def _found_nccl(self, pid: int, mapped: str) -> None:
@@ -328,7 +374,7 @@ def survey(pids) -> dict[int, dict[str, list[str]]]:
     """What `run` would probe in each of ``pids`` now: pid -> mapped file ->
     GPU functions it exports (no BPF needed: the doctor). Processes mapping none are left out."""
     specs = [ProbeSpec(name, library, functions, hint=hint) for name, library, hint, functions, _f, _l in CALL_PROBES]
-    specs.append(LAUNCH_SPEC)
+    specs.extend(LAUNCH_SPECS)
     found: dict[int, dict[str, list[str]]] = {}
     for pid in pids:
         for mapped in dict.fromkeys(m.path for m in executable_mappings(pid)):

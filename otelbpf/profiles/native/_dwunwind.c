@@ -1230,6 +1230,17 @@ static PyObject *Process_unwind(Process *p, PyObject *args)
     return Py_BuildValue("(Ni)", frames, stop);
 }
 
+/* The Frame naming an address (not a return address: the symbol at pc itself), from the
+ * same caches as the walks: a GPU kernel's host function named by its symbol. */
+static PyObject *Process_frame_at(Process *p, PyObject *args)
+{
+    unsigned long long pc;
+    if (!PyArg_ParseTuple(args, "K", &pc))
+        return NULL;
+    current_pid = p->pid;
+    return frame_for(p, (uint64_t)pc, 1);
+}
+
 static PyObject *Process_refresh(Process *p, PyObject *unused)
 {
     (void)unused;
@@ -1280,6 +1291,8 @@ static PyObject *Process_get_walks(Process *p, void *closure)
 
 static PyMethodDef Process_methods[] = {
     {"unwind", (PyCFunction)Process_unwind, METH_VARARGS, unwind_doc},
+    {"frame_at", (PyCFunction)Process_frame_at, METH_VARARGS,
+     "frame_at(pc) -> Frame: the symbol at the address pc itself (not a return address), as the walks name frames"},
     {"refresh", (PyCFunction)Process_refresh, METH_NOARGS,
      "Re-reads /proc/PID/maps (a library was dlopen'ed) and drops the per-PC caches."},
     {NULL, NULL, 0, NULL},

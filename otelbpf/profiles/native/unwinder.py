@@ -159,6 +159,19 @@ class NativeUnwinder:
                 [f.function for f in expected], _REASONS[expected_stop] or "complete",
             )  # fmt: skip
 
+    def symbol_at(self, pid: int, address: int) -> str | None:
+        """The symbol at ``address`` in ``pid`` (demangled, as frames are named), or None where no
+        module or symbol covers it: a GPU kernel's host function, named by its own symbol."""
+        proc = self._process(pid)
+        if proc is None:
+            return None
+        frame = proc.native.frame_at(address)
+        if frame.mapping is None and self._auto_refresh(pid, proc):
+            frame = proc.native.frame_at(address)
+        if frame.mapping is None or frame.function.startswith((f"{os.path.basename(frame.mapping.path)}+", "[")):
+            return None
+        return frame.function
+
     def refresh(self, pid: int) -> None:
         """Re-reads ``pid``'s mappings now (a library was loaded or unloaded)."""
         proc = self._procs.get(pid)

@@ -5,8 +5,9 @@ BPF reads the sampled thread's frame chain at sample time (the frames of
 this package gives it what it needs and names what it brings back:
 
 - :mod:`.offsets`: ``struct py_offsets`` (the BPF contract) and the per-version layouts;
-- :mod:`.runtime`: find the interpreter, its version, ``_PyRuntime`` and offsets in a process;
-- :mod:`.threads`: tid -> ``PyThreadState*`` for the BPF map;
+- :mod:`.interpreter`: find the interpreter, its version, ``_PyRuntime`` and offsets in a process;
+- :mod:`.thread_local`: where each thread keeps its ``PyThreadState`` in its TLS, for BPF to read;
+- :mod:`.threads`: tid -> ``PyThreadState*`` for the BPF map (where TLS cannot say);
 - :mod:`.naming`: code object + instruction -> function, file, line;
 - :mod:`.walk`: the same walk in user space, for tests and debugging.
 """

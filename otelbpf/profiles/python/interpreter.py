@@ -98,6 +98,8 @@ class PythonProcess:
     eval_ranges: list[tuple[int, int]] = field(default_factory=list)
     #: glibc struct pthread -> tid offset, found on the first 3.10 thread walk.
     pthread_tid_offset: int | None = None
+    #: process address minus file address of the interpreter file (0 for a non-PIE program)
+    bias: int = 0
 
     @property
     def offsets(self) -> O.PyOffsets | None:
@@ -234,7 +236,7 @@ def _process(pid: int, path: str, info: ElfInfo, bias: int) -> PythonProcess:
         code_type_addr=bias + code_type[0] if code_type else 0,
         layout=layout if isinstance(layout, O.PythonLayout) else None,
         reason="" if isinstance(layout, O.PythonLayout) else layout,
-        eval_ranges=ranges,
+        eval_ranges=ranges, bias=bias,
     )
 
 

@@ -18,9 +18,16 @@ order; :meth:`PyOffsets.to_bytes` packs it)::
         __u32 shim_owner;           /* OWNER_SHIM: owner values >= this are shims
                                        (3 = FRAME_OWNED_BY_CSTACK on 3.12/3.13; on 3.14
                                        3 = FRAME_OWNED_BY_INTERPRETER, 4 = ..._CSTACK) */
+        __u32 tstate_mode;          /* where the thread's PyThreadState is read: 0 the
+                                       tid map only, 1 *(fsbase + tls_offset), 2 through
+                                       glibc's DTV (otelbpf/profiles/python/thread_local.py) */
+        __u32 tls_module;           /* mode 2: the interpreter file's TLS module id */
+        __u32 pad;
+        __s64 tls_offset;           /* mode 1: from fsbase; mode 2: in the module's block */
     };
 
-``NONE`` is 0xFFFFFFFF. Per frame the BPF side emits ``code`` (u64 read at
+``NONE`` is 0xFFFFFFFF. The thread-state fields come from the process, not the version
+(:func:`otelbpf.profiles.python.thread_local.find_tstate_source`, :meth:`PyOffsets.with_tstate`). Per frame the BPF side emits ``code`` (u64 read at
 ``frame_code``; on 3.14 a tagged ``_PyStackRef``, user space masks the low
 bits), ``instr`` (u64 read at ``frame_instr``; on 3.10 only the low 32 bits,
 the int ``f_lasti``, are used) and ``flags``: :data:`FLAG_ENDS_EVAL` (this
@@ -40,7 +47,7 @@ section ``.PyRuntime``), so a new patch release needs nothing here; its
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 NONE = 0xFFFFFFFF
 
@@ -71,13 +78,26 @@ class PyOffsets:
     frame_owner: int
     owner_kind: int
     shim_owner: int = NONE
+    #: where BPF reads the thread's PyThreadState (otelbpf/profiles/python/thread_local.py MODE_*)
+    tstate_mode: int = 0
+    tls_module: int = 0
+    tls_offset: int = 0
 
     def to_bytes(self) -> bytes:
         """The value of the BPF map entry (``struct py_offsets``)."""
-        return struct.pack(
-            "<9I", self.version, self.tstate_frame, self.cframe_current_frame, self.frame_previous,
+        return PY_OFFSETS.pack(
+            self.version, self.tstate_frame, self.cframe_current_frame, self.frame_previous,
             self.frame_code, self.frame_instr, self.frame_owner, self.owner_kind, self.shim_owner,
+            self.tstate_mode, self.tls_module, 0, self.tls_offset,
         )
+
+    def with_tstate(self, mode: int, offset: int, module: int = 0) -> "PyOffsets":
+        """These offsets, with the thread state read from the thread's TLS."""
+        return replace(self, tstate_mode=mode, tls_offset=offset, tls_module=module)
+
+
+#: ``struct py_offsets`` (bpf/profile.c): nine u32 of frame layout, the thread-state source.
+PY_OFFSETS = struct.Struct("<" + "I" * 12 + "q")
 
 
 @dataclass(frozen=True, slots=True)

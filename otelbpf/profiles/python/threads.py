@@ -42,10 +42,22 @@ def thread_states(proc: PythonProcess, mem: ProcMem | None = None) -> dict[int, 
             mem.close()
 
 
-def _walk(runtime: int, t: O.ThreadOffsets, mem: ProcMem):
-    """(tstate, id) pairs: id is native_thread_id (3.11+) or thread_id (3.10).
-    Bounded and cycle-safe: a torn list read while the process runs must not loop."""
-    id_field = t.tstate_native_thread_id if t.tstate_native_thread_id != O.NONE else t.tstate_thread_id
+def thread_pointers(proc: PythonProcess, mem: ProcMem) -> list[tuple[int, int]]:
+    """(PyThreadState*, pthread_t) of every thread of every interpreter: on glibc x86-64 the
+    pthread_t is the thread's struct pthread, which is also its thread pointer (fsbase), where
+    its thread-local storage starts (otelbpf/profiles/python/thread_local.py checks the TLS path with it)."""
+    if proc.layout is None:
+        return []
+    t = proc.layout.threads
+    return [(tstate, pthread) for tstate, pthread in _walk(proc.runtime_addr, t, mem, t.tstate_thread_id) if pthread]
+
+
+def _walk(runtime: int, t: O.ThreadOffsets, mem: ProcMem, id_field: int | None = None):
+    """(tstate, id) pairs: id is native_thread_id (3.11+) or thread_id (3.10), or the
+    field at ``id_field``. Bounded and cycle-safe: a torn list read while the process
+    runs must not loop."""
+    if id_field is None:
+        id_field = t.tstate_native_thread_id if t.tstate_native_thread_id != O.NONE else t.tstate_thread_id
     seen: set[int] = set()
     interp = mem.u64(runtime + t.runtime_interpreters_head)
     for _ in range(MAX_INTERPRETERS):
