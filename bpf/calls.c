@@ -119,6 +119,9 @@ struct call_id_record {
 
 BPF_HASH(call_sites, struct call_site_key, struct call_site, 16384);
 BPF_HASH(call_stacks, __u32, struct call_stack, 16384);
+/* All zeros, never written: a thread's first call_stack is copied from here, not
+ * from the BPF stack (328 bytes of its 512, which call_enter needs for the call). */
+BPF_ARRAY(call_stack_zero, struct call_stack, 1);
 /* tid -> the ncclUniqueId its communicator set-up in progress received */
 BPF_HASH(call_ids, __u32, struct nccl_unique_id, 1024);
 
@@ -272,8 +275,11 @@ int call_enter(struct pt_regs *ctx)
     __u32 tid = (__u32)id;
     struct call_stack *stack = call_stacks.lookup(&tid);
     if (!stack) {
-        struct call_stack empty = {};
-        call_stacks.update(&tid, &empty);
+        int zero_index = 0;
+        struct call_stack *empty = call_stack_zero.lookup(&zero_index);
+        if (!empty)
+            return 0;
+        call_stacks.update(&tid, empty);
         stack = call_stacks.lookup(&tid);
         if (!stack)
             return 0;
