@@ -10,8 +10,10 @@ install:
 demo: install
 	$(VENV)/bin/otelbpf demo
 
+# Two workers, a test file to each at a time (conftest.py); TEST_WORKERS=0 runs them in one process.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadgroup,) $(PYTEST_ARGS)
 
 bench: install
 	$(PY) bench/nginx_wrk.py $(BENCH_ARGS)
