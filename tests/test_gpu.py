@@ -8,7 +8,7 @@ import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
-from test_pipeline import IN, OUT, accepted, data, make_pipeline
+from test_pipeline import IN, OUT, Metered, accepted, data, make_pipeline
 
 from conftest import ROOT
 from otelbpf.durations import parse_duration_ns
@@ -35,7 +35,7 @@ def served(*calls: CallEvent, min_call_ns: int = 0, metrics=None):
     around); ``metrics``: a SpanMetrics the consumer feeds too."""
     pipeline, out, counters = make_pipeline()
     if metrics is not None:
-        pipeline.consumer = _Metered(pipeline.consumer, metrics)
+        pipeline.wrap_consumer(lambda consumer: Metered(consumer, metrics))
     gpu.attach(pipeline, min_call_ns)
     events = [ProcessStart(1, 100, "server"), accepted(1, 100), data(10, 1, 100, IN, GET, tid=101)]
     events += [c for c in calls if c.ts_ns < 50]
@@ -49,17 +49,6 @@ def served(*calls: CallEvent, min_call_ns: int = 0, metrics=None):
 
 def call(ts, end, function, args=(), library="cuda", ret=0, launches=0, first_launch=0, out0=0, tid=101, launch_ns=0):
     return CallEvent(ts, end, 100, tid, library, function, args, ret, 0, launches, first_launch, out0, launch_ns)
-
-
-class _Metered:
-    """A consumer that also feeds span metrics (as MeteredProcessor does: ``span_metrics``)."""
-
-    def __init__(self, consumer, span_metrics):
-        self.consumer, self.span_metrics = consumer, span_metrics
-
-    def on_end(self, span):
-        self.consumer.on_end(span)
-        self.span_metrics.record(span)
 
 
 def test_launches_counted_after_the_request_started_land_on_it():

@@ -9,7 +9,7 @@ import os
 from collections import defaultdict
 
 import pytest
-from test_pipeline import make_pipeline
+from test_pipeline import Metered, make_pipeline
 
 from otelbpf.core.events import CallEvent, ProcessStart
 from otelbpf.metrics.histograms import SpanMetrics
@@ -58,20 +58,11 @@ def agent(events, metrics: SpanMetrics | None = None):
     """One node's pipeline over ``events`` (time-ordered); its spans and counters."""
     pipeline, out, counters = make_pipeline()
     if metrics is not None:
-        pipeline.consumer = _Metered(pipeline.consumer, metrics)
+        pipeline.wrap_consumer(lambda consumer: Metered(consumer, metrics))
     gpu.attach(pipeline)
     pipeline.handle(sorted(events, key=lambda e: e.ts_ns))
     pipeline.finish()
     return [s for s in out.spans if s.name == "ncclAllReduce"], counters, gpu.state_of(pipeline)
-
-
-class _Metered:
-    def __init__(self, consumer, span_metrics):
-        self.consumer, self.span_metrics = consumer, span_metrics
-
-    def on_end(self, span):
-        self.consumer.on_end(span)
-        self.span_metrics.record(span)
 
 
 def test_the_ids_are_the_same_for_everyone_and_differ_by_what_names_an_instance():

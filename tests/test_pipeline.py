@@ -51,6 +51,18 @@ class Collect:
         self.spans.append(span)
 
 
+class Metered:
+    """A consumer that also feeds span metrics (as MeteredProcessor does: ``span_metrics``);
+    put in front with ``pipeline.wrap_consumer(lambda c: Metered(c, metrics))``."""
+
+    def __init__(self, consumer, span_metrics) -> None:
+        self.consumer, self.span_metrics = consumer, span_metrics
+
+    def on_end(self, span: SpanRecord) -> None:
+        self.consumer.on_end(span)
+        self.span_metrics.record(span)
+
+
 def make_pipeline(registry: Registry | None = None, **kwargs) -> tuple[Pipeline, Collect, Counters]:
     consumer, counters = Collect(), Counters()
     resources = ProcessResources(describe=lambda pid, comm: {"service.name": f"p{pid}"})
