@@ -42,6 +42,21 @@ FIRST_TOKEN_DELAY_MS, TOKEN_DELAY_MS = 300, 60
 TTFT_SLACK_S = 0.250
 SECRET = "sk-test-SECRET-not-to-be-exported"
 
+
+def assert_stream_timing(attrs: dict, kind: int, chunks: int, first_token_delay_ms: int, token_delay_ms: int, what=None) -> None:
+    """A streamed call's timing on one side, against the mock's delays: TTFT from the server's
+    first-token delay up to TTFT_SLACK_S later, ``chunks`` chunks, and the mean gap between
+    them at the token delay (to 50 ms above). The server writes a token every delay; the client
+    reads them then, unless it falls behind and reads two at once (a late first read shortens
+    the mean): 20% below is allowed there."""
+    delay = first_token_delay_ms / 1000
+    ttft = attrs["gen_ai.response.time_to_first_chunk"]
+    assert delay <= ttft <= delay + TTFT_SLACK_S, (what, kind, ttft)
+    assert attrs["otelbpf.gen_ai.response.chunks"] == chunks, (what, kind)
+    per_chunk = attrs["otelbpf.gen_ai.response.time_per_output_chunk"]
+    low = token_delay_ms / 1000 * (1.0 if kind == SERVER else 0.8)
+    assert low <= per_chunk <= token_delay_ms / 1000 + 0.05, (what, kind, per_chunk)
+
 CLIENT_SCRIPT = textwrap.dedent(
     """
     import json, sys
@@ -170,17 +185,8 @@ def assert_genai_spans_match(out, metrics_out, sent, server_pid, client_pid, sta
     assert (chat["gen_ai.request.max_tokens"], chat["gen_ai.request.temperature"], chat["gen_ai.request.top_p"]) == (4, 0.5, 0.9)
     assert "gen_ai.response.time_to_first_chunk" not in chat
 
-    delay = FIRST_TOKEN_DELAY_MS / 1000
     for kind in (CLIENT, SERVER):
-        attrs = by_side[(kind, sent["stream"]["id"])].attributes
-        ttft = attrs["gen_ai.response.time_to_first_chunk"]
-        assert delay <= ttft <= delay + TTFT_SLACK_S, (kind, ttft)
-        assert attrs["otelbpf.gen_ai.response.chunks"] == 6
-        # The server writes a token every >= 60 ms; the client reads them then, unless it falls behind
-        # and reads two at once (a late first read shortens the mean): 20% below is allowed there.
-        per_chunk = attrs["otelbpf.gen_ai.response.time_per_output_chunk"]
-        low = TOKEN_DELAY_MS / 1000 * (1.0 if kind == SERVER else 0.8)
-        assert low <= per_chunk <= TOKEN_DELAY_MS / 1000 + 0.05, (kind, per_chunk)
+        assert_stream_timing(by_side[(kind, sent["stream"]["id"])].attributes, kind, 6, FIRST_TOKEN_DELAY_MS, TOKEN_DELAY_MS)
 
     assert sent["big"]["bytes"] > 256 * 1024
     for kind in (CLIENT, SERVER):
