@@ -91,6 +91,9 @@ class Profiler:
         #: tid -> (off-CPU sample event, SpanStart or None) awaiting its OffCpuEnd
         self._blocked: OrderedDict[int, tuple[StackSampleEvent, object]] = OrderedDict()
         self._interval_start_ns = time.time_ns()
+        #: the event clock at which a tick has work (a build or an export): ticks before it
+        #: return after one comparison (the pipeline ticks after every batch, ~100 times a second)
+        self._due_ns = self._interval_start_ns + self.interval_ns
         self._last_clock_ns = 0
         #: (sample, its event, what goes on top of its stack or None): samples whose stacks are
         #: built together (_build)
@@ -188,7 +191,9 @@ class Profiler:
             return
         sample = Sample(profile, event.pid, event.tid, event.ts_ns, (), values, thread_name=event.comm)
         self._unbuilt.append((sample, event, leaf))
-        if len(self._unbuilt) >= BUILD_BATCH:
+        if len(self._unbuilt) == 1:
+            self._due_ns = min(self._due_ns, event.ts_ns + BUILD_DELAY_NS)
+        elif len(self._unbuilt) >= BUILD_BATCH:
             self._build()
         self.counters.add("otelbpf.profiles.samples", label=profile.id)
         if start is None and event.task_id and self.linker.serves_requests(event.pid):
@@ -273,12 +278,16 @@ class Profiler:
         for sample, event, leaf in self._unbuilt:
             sample.frames = frames(event) if leaf is None else leaf(event, frames(event))
         self._unbuilt = []
+        self._due_ns = self._interval_start_ns + self.interval_ns
 
     def tick(self, ts_ns: int, everything: bool) -> None:
         """The pipeline's clock moved (every drain under traffic): export the interval when it
-        is due. Most ticks have nothing to build or export: they return after two comparisons."""
+        is due. Most ticks have nothing to build or export: they return after one comparison
+        (``_due_ns``, kept by _add, _build and flush)."""
         if ts_ns > self._last_clock_ns:
             self._last_clock_ns = ts_ns
+        if ts_ns < self._due_ns and not everything:
+            return
         build = self._unbuilt and ts_ns - self._unbuilt[0][1].ts_ns >= BUILD_DELAY_NS
         export = everything or ts_ns - self._interval_start_ns >= self.interval_ns
         if build or export:
@@ -312,6 +321,7 @@ class Profiler:
         self.gpu.snapshot(now_ns)
         interval, self._interval = self._interval, []
         start_ns, self._interval_start_ns = self._interval_start_ns, now_ns
+        self._due_ns = now_ns + self.interval_ns  # nothing unbuilt: built above
         if not interval:
             return
         samples = [_linked(sample, start) for sample, start in interval]

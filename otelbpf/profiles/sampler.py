@@ -203,7 +203,8 @@ class ProfileSampler:
         self.decoder = ProfileRecordDecoder(clock_offset_ns)
         self._raw: list[bytes] = []
         #: reads the profile ring through its mapping (otelbpf.sources.ringbuf); None: BCC's callback
-        self._reader = None
+        #: (drain must then run at every agent drain)
+        self.reader = None
         #: pid -> the CPython process description (runtime.PythonProcess), None when not Python / unknown
         self._python: dict[int, object] = {}
         #: pid -> tids whose thread state is in py_tstates
@@ -222,6 +223,10 @@ class ProfileSampler:
         self._stack_last_drain: dict[int, tuple[int, float]] = {}
         self._clock = time.monotonic
         self._drains = 0
+        #: when the oldest held stack may be deleted (monotonic; inf: none held). EbpfSource.read
+        #: calls drain only when the mapped ring holds something or this is due: a Python call
+        #: per agent drain (~100 a second under traffic) cost ~3 us each on cold caches
+        self.release_due = float("inf")
         #: this thread's CPU spent decoding samples (the profiler reports it: otelbpf.profiles.cpu_time)
         self.cpu_ns = 0
         #: CPUs that may fill the ring, read once: os.cpu_count() reads sysfs (~45 us) and
@@ -246,11 +251,11 @@ class ProfileSampler:
             self.kernel_symbol(0)
         except Exception:  # noqa: BLE001 - no /proc/kallsyms: kernel frames are named by address
             pass
-        self._reader = None
+        self.reader = None
         try:  # the mapped ring: no Python call per record (BCC's callback is the fallback)
             from otelbpf.sources.ringbuf import RingBufReader
 
-            self._reader = RingBufReader(self.ring_fd)
+            self.reader = RingBufReader(self.ring_fd)
         except Exception as exc:  # noqa: BLE001
             log.warning("profiles: cannot map the profile ring (%s): using BCC's per-record callback", exc)
             self._bpf["profile_events"].open_ring_buffer(self._on_record)
@@ -281,11 +286,13 @@ class ProfileSampler:
     def drain(self, consume: bool = True) -> list:
         """The records the kernel submitted since the last call, as events.
         ``consume=False`` when the caller already ran BCC's ring consumer."""
-        if self._reader is not None:
-            if not self._reader.pending_bytes():  # most drains under traffic: no sample since the last
-                self._release_kernel_stacks(NO_STACKS)
+        if self.reader is not None:
+            if not self.reader.pending_bytes():  # most drains under traffic: no sample since the last
+                self._drains += 1
+                if self._stack_last_drain and self._clock() >= self.release_due:
+                    self._expire_kernel_stacks(self._clock())
                 return []
-            raw = self._reader.drain()
+            raw = self.reader.drain()
         else:
             if consume:
                 self._bpf.ring_buffer_consume()
@@ -349,18 +356,33 @@ class ProfileSampler:
                 self._held_stacks[stack_id] = addrs
                 last_drain.pop(stack_id, None)  # to the end: the dict stays ordered by last drain
                 last_drain[stack_id] = (self._drains, now)
-        if not last_drain or not self._due(next(iter(last_drain.values())), now):
-            return  # the oldest is not due: none is (every drain, so this is the usual path)
+        if last_drain:
+            self.release_due = next(iter(last_drain.values()))[1] + KERNEL_STACK_HOLD_S
+            if now >= self.release_due:
+                self._expire_kernel_stacks(now)
+
+    def _expire_kernel_stacks(self, now: float) -> None:
+        """Deletes the held stacks that are due (_release_kernel_stacks), oldest first, and
+        sets when the next one may be: a drain before that reads no clock beyond one comparison
+        (drains without samples skip the rest: an agent under traffic drains ~100 times a second)."""
+        last_drain = self._stack_last_drain
         expired = []
         for stack_id, last in last_drain.items():
             if not self._due(last, now):
                 break
             expired.append(stack_id)
-        table = self._bpf["kernel_stacks"]
-        for stack_id in expired:
-            del last_drain[stack_id]
-            del self._held_stacks[stack_id]
-            table.pop(ctypes.c_int(stack_id), None)
+        if expired:
+            table = self._bpf["kernel_stacks"]
+            for stack_id in expired:
+                del last_drain[stack_id]
+                del self._held_stacks[stack_id]
+                table.pop(ctypes.c_int(stack_id), None)
+        if not last_drain:
+            self.release_due = float("inf")
+        elif not expired:  # due by time, not yet by drains: looked at again on the next drain
+            self.release_due = now
+        else:
+            self.release_due = next(iter(last_drain.values()))[1] + KERNEL_STACK_HOLD_S
 
     def _due(self, last: tuple[int, float], now: float) -> bool:
         """A held stack last named at ``last`` (drain, time) may be deleted."""
@@ -497,9 +519,9 @@ class ProfileSampler:
 
     def close(self) -> None:
         """Unmap the profile ring (before the BPF object goes)."""
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
 
     def kernel_symbol(self, address: int) -> str:
         return self._bpf.ksym(address).decode("utf-8", "replace")

@@ -675,10 +675,13 @@ class EbpfSource:
             self._bpf.ring_buffer_consume()
             raw, self._raw = self._raw, []
             events = self.decoder.decode(raw) if raw else []
-        if self.profiles is not None:
-            samples = self.profiles.drain(consume=self._reader is not None)
-            if samples:
-                events = events + samples if events else samples
+        profiles = self.profiles
+        if profiles is not None:
+            reader = profiles.reader  # nothing pending and no kernel stack due: no call (most drains)
+            if reader is None or reader.pending_bytes() or now >= profiles.release_due:
+                samples = profiles.drain(consume=self._reader is not None)
+                if samples:
+                    events = events + samples if events else samples
         started = self._initial_process_starts() if self._announce_initial else None
         if self.config.rescan_interval_s and now - self._last_rescan > self.config.rescan_interval_s:
             self._last_rescan = now
