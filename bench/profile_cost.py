@@ -50,6 +50,12 @@ puts them).
 connection) instead of wrk at saturation: the service is not saturated, so the agent's
 CPU per second ("agent ms/s") compares directly between modes.
 
+Before each measured load the same load runs --warmup seconds (default 3): the agent's first
+sight of the service (finding its CPython, its symbols, its threads' states) costs tens of ms
+once and is reported apart. Round N's agents all run with PYTHONHASHSEED=N (--random-hash-seed:
+each its own), as string hashing moves the agent's CPU on the same requests by more than the
+difference measured.
+
 --service spin runs the same Python code in a loop under as deep a stack, and sends no
 requests: the agent has nothing but the samples to handle, so the `off` subtraction does
 not carry the tracing's run-to-run spread (tens of microseconds per request).
@@ -189,6 +195,13 @@ def start_service(port: int, work: int, spin: bool = False) -> subprocess.Popen:
     return proc
 
 
+#: The agents of one round run with this PYTHONHASHSEED (the round's number; None: random).
+#: String hashing moves every dict's layout, and with it the agent's CPU on the same
+#: requests: `off` runs with random seeds read 33-52 ms/s on this VM at 200 req/s, with one
+#: seed 35.5-37.5. Each round takes another seed, so no one layout decides the result.
+HASH_SEED: int | None = None
+
+
 #: Where profiles go: what the agent does with a sample after building it differs a lot.
 OUTPUTS = {
     "json": lambda out: ["--profiles-json-file", str(out / "p.json")],  # OTLP encoding + protobuf's JSON printer
@@ -268,7 +281,8 @@ def start_agent(pid: int, extra: list[str], out: Path) -> tuple[subprocess.Popen
     args = [sys.executable, "-m", "otelbpf", "run", "--pid", str(pid), "--json-file", str(out / "t.json"),
             "--stats-interval", str(STATS_INTERVAL_S), "--profile-interval", f"{PROFILE_INTERVAL_S:g}",
             *OUTPUTS[OUTPUT](out), *extra]  # fmt: skip
-    agent = subprocess.Popen(pinned("agent", args), stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    env = dict(os.environ, PYTHONHASHSEED=str(HASH_SEED)) if HASH_SEED is not None else None
+    agent = subprocess.Popen(pinned("agent", args), stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     for line in agent.stderr:
         if line.startswith("otelbpf: tracing,"):
             lines = StatsLines(agent)
@@ -325,6 +339,11 @@ def paced(port: int, rate: float, seconds: float) -> float:
     return float(done.stdout)
 
 
+def drive(port: int, args, seconds: float) -> float:
+    """The HTTP service's load for ``seconds``: paced at --rate, or wrk at saturation."""
+    return paced(port, args.rate, seconds) if args.rate else wrk(port, seconds)
+
+
 def run_mode(mode: str, args, out: Path) -> dict:
     port = free_port()
     spin = args.service == "spin"
@@ -334,18 +353,27 @@ def run_mode(mode: str, args, out: Path) -> dict:
         if mode != "none":
             agent, lines = start_agent(service.pid, MODES[mode], out)
         time.sleep(0.5)
+        if args.warmup and not spin:
+            # the agent's first sight of the service (finding its CPython, reading its symbols and
+            # thread states, loading the kernel's symbols) costs a few hundred ms of CPU once: it
+            # is measured apart (first_sight_cpu_s), not spread over the steady window
+            warm_cpu = cpu_seconds(agent.pid) if agent else 0.0
+            drive(port, args, args.warmup)
+            time.sleep(1.0)
+            if agent:
+                result_warm = cpu_seconds(agent.pid) - warm_cpu
         before_cpu = cpu_seconds(agent.pid) if agent else 0.0
         before_bpf = snapshot(agent.pid) if agent else {}
         load_start = time.monotonic()
         if spin:
             time.sleep(args.duration)
             rate = None
-        elif args.rate:
-            rate = paced(port, args.rate, args.duration)
         else:
-            rate = wrk(port, args.duration)
+            rate = drive(port, args, args.duration)
         load_end = time.monotonic()
         result = {"mode": mode, "rps": rate}
+        if agent and args.warmup and not spin:
+            result["warmup_cpu_s"] = result_warm
         if agent:
             steady = lines.between(load_start, load_end)
             if steady is not None:
@@ -452,6 +480,13 @@ def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
                  for r in rounds if r[mode].get("steady_s") and r["off"].get("steady_s")]  # fmt: skip
         values = ", ".join(f"{v:+.2f}" for v in extra)
         lines.append(f"agent ms/s over off, {mode}, paired by round: {median(extra) or float('nan'):+.2f} (rounds: {values})")
+    for mode in profiled:  # --warmup: what the first sight of the service cost, over the tracing of the same load
+        extra = [(r[mode]["warmup_cpu_s"] - r["off"]["warmup_cpu_s"]) * 1e3 for r in rounds
+                 if "warmup_cpu_s" in r[mode] and "warmup_cpu_s" in r["off"]]  # fmt: skip
+        if extra:
+            values = ", ".join(f"{v:+.0f}" for v in extra)
+            lines.append(f"agent ms in the warm-up over off (first sight of the service), {mode}: "
+                         f"{median(extra):+.0f} (rounds: {values})")  # fmt: skip
     for low, high in zip(profiled, profiled[1:]):
         slopes = [slope_us(r[low], r[high], r["off"]) for r in rounds]
         values = ", ".join(f"{v:.1f}" for v in slopes if v is not None)
@@ -460,7 +495,7 @@ def report(rounds: list[dict[str, dict]], modes: list[str]) -> str:
 
 
 def main() -> int:
-    global OUTPUT, PROFILE_INTERVAL_S, PIN
+    global OUTPUT, PROFILE_INTERVAL_S, PIN, HASH_SEED
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=8.0, help="seconds of load per run (default 8)")
@@ -474,6 +509,12 @@ def main() -> int:
                    help="where profiles go (default json: OTLP JSON lines; otlp: OTLP/gRPC to a local receiver)")
     p.add_argument("--rate", type=float, help="http: this many requests a second from a paced client instead of "
                    "wrk at saturation (the agent's CPU per second then compares directly between modes)")
+    p.add_argument("--warmup", type=float, default=3.0,
+                   help="http: seconds of the same load before the measured one (default 3; 0: none). The agent's "
+                   "first sight of the service costs a few hundred ms of CPU once, which would otherwise fall "
+                   "into the first seconds of the window; it is reported apart (first-sight CPU)")
+    p.add_argument("--random-hash-seed", action="store_true",
+                   help="let every agent pick its own PYTHONHASHSEED (default: round N's agents all run with seed N)")
     p.add_argument("--json", metavar="PATH", help="write every run's figures here")
     p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the scheduler (default: service on CPU 0, agent and wrk on CPU 1)")
     p.add_argument("--profile-interval", type=float, default=PROFILE_INTERVAL_S,
@@ -497,6 +538,7 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for number in range(args.rounds):
+                HASH_SEED = None if args.random_hash_seed else number + 1
                 round_ = {}
                 for mode in modes:
                     round_[mode] = run_mode(mode, args, Path(tmp))
