@@ -353,15 +353,16 @@ def run_mode(mode: str, args, out: Path) -> dict:
         if mode != "none":
             agent, lines = start_agent(service.pid, MODES[mode], out)
         time.sleep(0.5)
+        warmup_cpu_s = None
         if args.warmup and not spin:
             # the agent's first sight of the service (finding its CPython, reading its symbols and
-            # thread states, loading the kernel's symbols) costs a few hundred ms of CPU once: it
-            # is measured apart (first_sight_cpu_s), not spread over the steady window
-            warm_cpu = cpu_seconds(agent.pid) if agent else 0.0
+            # thread states) costs tens of ms of CPU once: it is measured apart (warmup_cpu_s,
+            # against the `off` agent's on the same load), not spread over the steady window
+            started_cpu = cpu_seconds(agent.pid) if agent else 0.0
             drive(port, args, args.warmup)
             time.sleep(1.0)
             if agent:
-                result_warm = cpu_seconds(agent.pid) - warm_cpu
+                warmup_cpu_s = cpu_seconds(agent.pid) - started_cpu
         before_cpu = cpu_seconds(agent.pid) if agent else 0.0
         before_bpf = snapshot(agent.pid) if agent else {}
         load_start = time.monotonic()
@@ -372,8 +373,8 @@ def run_mode(mode: str, args, out: Path) -> dict:
             rate = drive(port, args, args.duration)
         load_end = time.monotonic()
         result = {"mode": mode, "rps": rate}
-        if agent and args.warmup and not spin:
-            result["warmup_cpu_s"] = result_warm
+        if warmup_cpu_s is not None:
+            result["warmup_cpu_s"] = warmup_cpu_s
         if agent:
             steady = lines.between(load_start, load_end)
             if steady is not None:
