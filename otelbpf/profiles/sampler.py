@@ -287,10 +287,8 @@ class ProfileSampler:
         """The records the kernel submitted since the last call, as events.
         ``consume=False`` when the caller already ran BCC's ring consumer."""
         if self.reader is not None:
-            if not self.reader.pending_bytes():  # most drains under traffic: no sample since the last
-                self._drains += 1
-                if self._stack_last_drain and self._clock() >= self.release_due:
-                    self._expire_kernel_stacks(self._clock())
+            if not self.reader.pending_bytes():  # called for a held stack now due (EbpfSource.read)
+                self._release_kernel_stacks(NO_STACKS)
                 return []
             raw = self.reader.drain()
         else:
